@@ -1,0 +1,1 @@
+//! switchyard-email (to be built).

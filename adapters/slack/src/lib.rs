@@ -1,0 +1,1 @@
+//! switchyard-slack (to be built).

@@ -1,0 +1,1 @@
+//! switchyard-webhook (to be built).

@@ -1,0 +1,1 @@
+//! switchyard-migrations (to be built).

@@ -1,0 +1,1 @@
+//! switchyard-router (to be built).

@@ -1,0 +1,1 @@
+//! The Switchyard daemon (being built).

@@ -1,0 +1,3 @@
+//! The `switchyard` command line.
+
+fn main() {}
