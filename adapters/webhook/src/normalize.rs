@@ -1,0 +1,376 @@
+//! Turns one verified Zendesk webhook body into the canonical [`Event`], whichever way the
+//! webhook is connected (event subscription or trigger/automation).
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use switchyard_core::{Channel, Disposition, Event, Normalized, Outcome};
+
+use crate::WebhookSourceConfig;
+use crate::fields;
+use crate::payload::{self, CommentPayload, Connection, TicketFields, TicketPayload};
+
+/// Prefix of every Zendesk event-subscription `type`.
+const EVENT_TYPE_PREFIX: &str = "zen:event-type:";
+/// Longest id kept as a delivery or ticket id; longer ones are not Zendesk's.
+const MAX_ID_LEN: usize = 255;
+
+/// Why a verified body could not become an event. [`NormalizeError::outcome`] says how the
+/// daemon answers: `unauthorized_source` for a foreign account, `invalid_event` otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum NormalizeError {
+    #[error("the payload names account {received}, but this source is for account {configured}")]
+    AccountMismatch { configured: u64, received: String },
+    #[error("the body is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("the body is JSON but not an object")]
+    NotObject,
+    #[error(
+        "the body is neither a Zendesk event (with `type: \"zen:event-type:...\"`) nor a trigger \
+         body (with `event_type` and `ticket`)"
+    )]
+    UnrecognisedShape,
+    #[error("non-ticket event type `{0}`: only `ticket.*` events are accepted")]
+    NonTicketEventType(String),
+    #[error("the trigger body has no `event_type` string (expected e.g. \"ticket.updated\")")]
+    MissingEventType,
+    #[error(
+        "malformed event type `{0}`: expected `ticket.<name>` with letters, digits, `_`, `.` or `-`"
+    )]
+    MalformedEventType(String),
+    #[error("no ticket id: {0}")]
+    MissingTicketId(&'static str),
+    #[error("malformed ticket id `{value}`: {reason}")]
+    MalformedTicketId { value: String, reason: &'static str },
+    #[error("ambiguous ticket id: `detail.id` is {detail} but `subject` names ticket {subject}")]
+    TicketIdConflict { detail: String, subject: String },
+    #[error("malformed event id: longer than {MAX_ID_LEN} characters")]
+    MalformedEventId,
+}
+
+impl NormalizeError {
+    /// A stable machine-readable reason, for the ledger and the HTTP answer.
+    pub fn detail(&self) -> &'static str {
+        match self {
+            NormalizeError::AccountMismatch { .. } => "account_mismatch",
+            NormalizeError::NotJson(_) => "not_json",
+            NormalizeError::NotObject => "not_object",
+            NormalizeError::UnrecognisedShape => "unrecognised_shape",
+            NormalizeError::NonTicketEventType(_) => "non_ticket_event_type",
+            NormalizeError::MissingEventType => "missing_event_type",
+            NormalizeError::MalformedEventType(_) => "malformed_event_type",
+            NormalizeError::MissingTicketId(_) => "missing_ticket_id",
+            NormalizeError::MalformedTicketId { .. } => "malformed_ticket_id",
+            NormalizeError::TicketIdConflict { .. } => "ticket_id_conflict",
+            NormalizeError::MalformedEventId => "malformed_event_id",
+        }
+    }
+
+    /// Whether the delivery is from somewhere this source does not speak for.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, NormalizeError::AccountMismatch { .. })
+    }
+
+    /// The intake outcome: `unauthorized_source` or `invalid_event`.
+    pub fn outcome(&self) -> Outcome {
+        if self.is_unauthorized() {
+            Outcome::UnauthorizedSource
+        } else {
+            Outcome::InvalidEvent
+        }
+    }
+}
+
+/// Normalises a verified delivery of `source` into an event to route.
+///
+/// `invocation_id` is the `X-Zendesk-Webhook-Invocation-Id` header, the delivery id of trigger
+/// bodies (which carry no id of their own); `raw_ref` points at the stored raw bytes. The
+/// tenant is always `source.tenant`; a payload `account_id` other than the configured one is
+/// refused before anything else is read.
+pub fn normalize(
+    body: &[u8],
+    invocation_id: Option<&str>,
+    source: &WebhookSourceConfig,
+    raw_ref: &str,
+) -> Result<Normalized, NormalizeError> {
+    let root = match serde_json::from_slice(body).map_err(NormalizeError::NotJson)? {
+        Value::Object(root) => root,
+        _ => return Err(NormalizeError::NotObject),
+    };
+    let account_id = account(&root, source)?;
+
+    let read = match root.get("type").and_then(Value::as_str) {
+        Some(kind) if kind.starts_with("zen:") => read_subscription(&root, kind, body)?,
+        _ if root.contains_key("ticket") || root.contains_key("event_type") => {
+            read_trigger(&root, invocation_id, body)?
+        }
+        _ => return Err(NormalizeError::UnrecognisedShape),
+    };
+
+    let TicketFields {
+        subject,
+        description,
+        status,
+        priority,
+        ticket_type,
+        requester_id,
+        assignee_id,
+        organization_id,
+        group_id,
+        external_id,
+        tags,
+        via_channel,
+        created_at,
+        updated_at,
+    } = read.ticket;
+    let payload = TicketPayload {
+        ticket_id: read.ticket_id.clone(),
+        subject,
+        description,
+        status,
+        priority,
+        ticket_type,
+        requester_id,
+        assignee_id,
+        organization_id,
+        group_id,
+        external_id,
+        tags,
+        via_channel,
+        created_at,
+        updated_at,
+        occurred_at: read.occurred_at,
+        event: read.event,
+        source_event_type: read.source_event_type,
+        account_id,
+        connection: read.connection,
+    };
+    let event = Event {
+        channel: Channel::Webhook,
+        event_type: read.event_type,
+        tenant_id: source.tenant.clone(),
+        target_entity_id: read.ticket_id,
+        payload: payload::to_value(&payload),
+        raw_ref: raw_ref.to_owned(),
+    };
+    Ok(Normalized {
+        delivery_id: read.delivery_id,
+        disposition: Disposition::Route(event),
+    })
+}
+
+/// What each connection style contributes before the common payload is assembled.
+struct Read {
+    delivery_id: String,
+    event_type: String,
+    source_event_type: String,
+    ticket_id: String,
+    ticket: TicketFields,
+    event: Value,
+    occurred_at: Option<String>,
+    connection: Connection,
+}
+
+fn read_subscription(
+    root: &Map<String, Value>,
+    kind: &str,
+    body: &[u8],
+) -> Result<Read, NormalizeError> {
+    let event_type = kind
+        .strip_prefix(EVENT_TYPE_PREFIX)
+        .ok_or_else(|| NormalizeError::NonTicketEventType(clip(kind)))
+        .and_then(|name| ticket_event_type(kind, name))?;
+
+    let empty = Map::new();
+    let detail = root
+        .get("detail")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let from_detail = ticket_id(detail.get("id"))?;
+    let from_subject = root
+        .get("subject")
+        .and_then(Value::as_str)
+        .and_then(ticket_in_subject)
+        .map(|id| ticket_id(Some(&Value::String(id.to_owned()))))
+        .transpose()?
+        .flatten();
+    let ticket_id = match (from_detail, from_subject) {
+        (Some(detail), Some(subject)) if detail != subject => {
+            return Err(NormalizeError::TicketIdConflict { detail, subject });
+        }
+        (Some(id), _) | (None, Some(id)) => id,
+        (None, None) => {
+            return Err(NormalizeError::MissingTicketId(
+                "neither `detail.id` nor a `subject` of the form `zen:ticket:<id>`",
+            ));
+        }
+    };
+
+    // The event id is Zendesk's dedup key for retries of the same event.
+    let delivery_id = match fields::id(root.get("id")) {
+        Some(id) if id.chars().count() > MAX_ID_LEN => {
+            return Err(NormalizeError::MalformedEventId);
+        }
+        Some(id) => id,
+        None => body_digest(body),
+    };
+
+    let event = root.get("event").and_then(Value::as_object);
+    let event = match (event_type.as_str(), event) {
+        ("ticket.comment_added", Some(event)) => match event.get("comment") {
+            Some(Value::Object(comment)) => CommentPayload::read(comment).to_event(),
+            _ => Value::Object(event.clone()),
+        },
+        ("ticket.status_changed", Some(event)) => payload::change(event, fields::status),
+        ("ticket.priority_changed", Some(event)) => payload::change(event, fields::lower),
+        (_, Some(event)) => Value::Object(event.clone()),
+        (_, None) => Value::Object(Map::new()),
+    };
+
+    Ok(Read {
+        delivery_id,
+        event_type,
+        source_event_type: kind.to_owned(),
+        ticket_id,
+        ticket: TicketFields::read(detail),
+        event,
+        occurred_at: fields::time(root.get("time")),
+        connection: Connection::EventSubscription,
+    })
+}
+
+fn read_trigger(
+    root: &Map<String, Value>,
+    invocation_id: Option<&str>,
+    body: &[u8],
+) -> Result<Read, NormalizeError> {
+    let given = root
+        .get("event_type")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or(NormalizeError::MissingEventType)?;
+    // Admins may copy the event-subscription spelling; both name the same event.
+    let event_type = ticket_event_type(
+        given,
+        given.strip_prefix(EVENT_TYPE_PREFIX).unwrap_or(given),
+    )?;
+
+    let ticket =
+        root.get("ticket")
+            .and_then(Value::as_object)
+            .ok_or(NormalizeError::MissingTicketId(
+                "the body has no `ticket` object",
+            ))?;
+    let ticket_id = ticket_id(ticket.get("id"))?.ok_or(NormalizeError::MissingTicketId(
+        "the body's `ticket` has no `id`",
+    ))?;
+
+    let delivery_id = invocation_id
+        .map(str::trim)
+        .filter(|id| !id.is_empty() && id.chars().count() <= MAX_ID_LEN)
+        .map_or_else(|| body_digest(body), str::to_owned);
+
+    let event = match root.get("comment") {
+        Some(Value::Object(comment)) => CommentPayload::read(comment).to_event(),
+        _ => Value::Object(Map::new()),
+    };
+
+    Ok(Read {
+        delivery_id,
+        event_type,
+        source_event_type: given.to_owned(),
+        ticket_id,
+        ticket: TicketFields::read(ticket),
+        event,
+        occurred_at: None,
+        connection: Connection::Trigger,
+    })
+}
+
+/// The payload's account, refused when it is not the configured one. Fail closed: an account
+/// id that cannot be read is not the configured account either.
+fn account(
+    root: &Map<String, Value>,
+    source: &WebhookSourceConfig,
+) -> Result<Option<String>, NormalizeError> {
+    let received = match root.get("account_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.trim().is_empty() => None,
+        Some(value) => Some(fields::id(Some(value)).unwrap_or_else(|| value.to_string())),
+    };
+    if let (Some(configured), Some(received)) = (source.account_id, &received)
+        && received.parse::<u64>().ok() != Some(configured)
+    {
+        return Err(NormalizeError::AccountMismatch {
+            configured,
+            received: clip(received),
+        });
+    }
+    Ok(received.or_else(|| source.account_id.map(|id| id.to_string())))
+}
+
+/// `ticket.<name>` with a conservative alphabet: event types end up in trigger config keys.
+fn ticket_event_type(given: &str, name: &str) -> Result<String, NormalizeError> {
+    let Some(rest) = name.strip_prefix("ticket.") else {
+        return Err(NormalizeError::NonTicketEventType(clip(given)));
+    };
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if rest.is_empty() || name.len() > 128 || !rest.chars().all(allowed) {
+        return Err(NormalizeError::MalformedEventType(clip(given)));
+    }
+    Ok(name.to_owned())
+}
+
+/// A present ticket id, as a string; `None` when absent, null or blank.
+fn ticket_id(value: Option<&Value>) -> Result<Option<String>, NormalizeError> {
+    let malformed = |value: &str, reason| NormalizeError::MalformedTicketId {
+        value: clip(value),
+        reason,
+    };
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(id) => Ok(Some(id.to_string())),
+            None => Err(malformed(&n.to_string(), "not a non-negative integer")),
+        },
+        Some(Value::String(s)) => {
+            let s = s.trim();
+            if s.is_empty() {
+                Ok(None)
+            } else if s.contains("{{") {
+                Err(malformed(s, "an unrendered Zendesk placeholder"))
+            } else if s.chars().count() > MAX_ID_LEN {
+                Err(malformed(s, "too long"))
+            } else if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                Err(malformed(s, "contains whitespace"))
+            } else {
+                Ok(Some(s.to_owned()))
+            }
+        }
+        Some(other) => Err(malformed(&other.to_string(), "not a string or number")),
+    }
+}
+
+/// The ticket id in an event `subject` such as `zen:ticket:5158`.
+fn ticket_in_subject(subject: &str) -> Option<&str> {
+    subject.split('/').find_map(|segment| {
+        segment
+            .strip_prefix("zen:")
+            .unwrap_or(segment)
+            .strip_prefix("ticket:")
+    })
+}
+
+/// The delivery id of a body that carries none: identical bodies are one delivery.
+fn body_digest(body: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(body)))
+}
+
+/// Payload values end up in error messages: keep them short.
+fn clip(value: &str) -> String {
+    const MAX: usize = 80;
+    match value.char_indices().nth(MAX) {
+        Some((end, _)) => format!("{}...", &value[..end]),
+        None => value.to_owned(),
+    }
+}
