@@ -1,0 +1,186 @@
+//! Getting to a logged-in IMAP session: TCP, TLS or STARTTLS, the greeting, LOGIN.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_imap::imap_proto::{Response, Status};
+use async_imap::{Client, Session};
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+
+use crate::config::{EmailSourceConfig, Security};
+use crate::error::SessionError;
+
+/// The byte stream under an IMAP session: one type for all three `security` modes, so the
+/// session code is written once.
+#[derive(Debug)]
+pub(crate) enum Transport {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+pub(crate) type ImapSession = Session<Transport>;
+
+impl AsyncRead for Transport {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Transport::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Transport {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Transport::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Transport::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Plain(s) => Pin::new(s).poll_flush(cx),
+            Transport::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Transport::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Connects, secures the connection as configured, reads the greeting and logs in. Every
+/// network step is bounded by `timeout`.
+pub(crate) async fn connect(
+    config: &EmailSourceConfig,
+    password: &str,
+    timeout: Duration,
+) -> Result<ImapSession, SessionError> {
+    let addr = format!("{}:{}", config.host, config.port());
+    let tcp = bounded(timeout, "connect", TcpStream::connect(&addr))
+        .await?
+        .map_err(|source| SessionError::Connect {
+            addr: addr.clone(),
+            source,
+        })?;
+    // Commands are small and answered one at a time: don't let Nagle delay them.
+    let _ = tcp.set_nodelay(true);
+
+    let client = match config.security {
+        Security::Plain => greeted(Client::new(Transport::Plain(tcp)), timeout).await?,
+        Security::Tls => {
+            let tls = handshake(tcp, &config.host, timeout).await?;
+            greeted(Client::new(Transport::Tls(Box::new(tls))), timeout).await?
+        }
+        Security::Starttls => {
+            let mut client = greeted(Client::new(tcp), timeout).await?;
+            bounded(
+                timeout,
+                "STARTTLS",
+                client.run_command_and_check_ok("STARTTLS", None),
+            )
+            .await?
+            .map_err(|source| SessionError::Imap {
+                command: "STARTTLS",
+                source,
+            })?;
+            let tcp = client.into_inner();
+            // No greeting after STARTTLS: the server waits for our next command.
+            let tls = handshake(tcp, &config.host, timeout).await?;
+            Client::new(Transport::Tls(Box::new(tls)))
+        }
+    };
+
+    bounded(timeout, "LOGIN", client.login(&config.username, password))
+        .await?
+        .map_err(|(source, _client)| SessionError::Login {
+            user: config.username.clone(),
+            source,
+        })
+}
+
+/// async-imap 0.12 leaves the server's greeting to the caller: read it and insist on OK.
+async fn greeted<T>(mut client: Client<T>, timeout: Duration) -> Result<Client<T>, SessionError>
+where
+    T: AsyncRead + AsyncWrite + Unpin + std::fmt::Debug + Send,
+{
+    let greeting = bounded(timeout, "the greeting", client.read_response())
+        .await?
+        .map_err(|source| SessionError::Imap {
+            command: "greeting",
+            source: source.into(),
+        })?;
+    match greeting.as_ref().map(|g| g.parsed()) {
+        Some(Response::Data {
+            status: Status::Ok, ..
+        }) => Ok(client),
+        Some(other) => Err(SessionError::Greeting(format!("{other:?}"))),
+        None => Err(SessionError::Greeting(
+            "the server closed the connection".into(),
+        )),
+    }
+}
+
+async fn handshake(
+    tcp: TcpStream,
+    host: &str,
+    timeout: Duration,
+) -> Result<TlsStream<TcpStream>, SessionError> {
+    let name =
+        ServerName::try_from(host.to_owned()).map_err(|source| SessionError::ServerName {
+            host: host.to_owned(),
+            source,
+        })?;
+    let connector = TlsConnector::from(tls_config()?);
+    bounded(timeout, "the TLS handshake", connector.connect(name, tcp))
+        .await?
+        .map_err(|source| SessionError::Tls {
+            host: host.to_owned(),
+            source,
+        })
+}
+
+/// webpki's Mozilla roots with the ring provider, named explicitly so that no other crate's
+/// choice of a process-wide default provider can change or break it.
+fn tls_config() -> Result<Arc<ClientConfig>, SessionError> {
+    let mut roots = RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let config =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(SessionError::TlsConfig)?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// Runs `future`, failing with [`SessionError::Timeout`] when it takes longer than `limit`: a
+/// server that stops answering must not hold the poller (and its lease) forever.
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    what: &'static str,
+    future: impl Future<Output = T>,
+) -> Result<T, SessionError> {
+    tokio::time::timeout(limit, future)
+        .await
+        .map_err(|_| SessionError::Timeout(what, limit))
+}
