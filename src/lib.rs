@@ -1,1 +1,13 @@
-//! The Switchyard daemon (being built).
+//! The Switchyard daemon: config, the intake pipeline, the HTTP server and the mailbox pollers,
+//! wired together. `main.rs` is only the command line; everything it runs lives here.
+
+pub mod commands;
+pub mod config;
+mod daemon;
+pub mod http;
+pub mod intake;
+pub mod live;
+pub mod sources;
+pub mod store;
+
+pub use daemon::{Daemon, run};

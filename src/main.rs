@@ -1,3 +1,102 @@
-//! The `switchyard` command line.
+//! The `switchyard` command line: parses arguments and runs one of the commands in the library.
 
-fn main() {}
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+/// Turns work arriving on many channels into exactly one workflow run, or a named reason why not.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Log line format.
+    #[arg(long, value_enum, default_value = "text", global = true, env = "SWITCHYARD_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon (SIGHUP reloads the config; SIGTERM/SIGINT stop it gracefully).
+    Serve {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Do not apply pending database migrations on start.
+        #[arg(long)]
+        no_migrate: bool,
+    },
+    /// Apply pending database migrations and exit.
+    Migrate {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Validate a config file; warn about priority ties, drafts and unreachable triggers.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Dry-run one canonical event: which workflow would win and whether its entity is locked.
+    Route {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// A JSON file with channel, event_type, tenant_id, target_entity_id (payload optional).
+        #[arg(long, short)]
+        event: PathBuf,
+    },
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Check { config } = &cli.command {
+        return if switchyard::commands::check(config) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve { config, no_migrate } => {
+                switchyard::commands::serve(config, !no_migrate).await
+            }
+            Command::Migrate { config } => switchyard::commands::migrate(config).await,
+            Command::Route { config, event } => switchyard::commands::route(&config, &event).await,
+            Command::Check { .. } => Ok(()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "switchyard stopped");
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,16 @@
-//! switchyard-migrations (to be built).
+//! The Switchyard schema as sea-orm migrations. A released migration is never edited: change
+//! the schema by adding a new one.
+
+use sea_orm_migration::prelude::*;
+
+mod m0001_initial;
+
+/// Every migration, oldest first.
+#[derive(Debug)]
+pub struct Migrator;
+
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m0001_initial::Migration)]
+    }
+}

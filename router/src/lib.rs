@@ -1,1 +1,22 @@
-//! switchyard-router (to be built).
+//! The router: picks at most one live workflow for an event and takes the database-backed lease
+//! on its target entity, creating the run. It never sees a payload shape.
+//!
+//! - [`TriggerIndex`]: the in-memory match on (tenant, channel, event_type), best candidate first.
+//! - [`LockBatch`]: entity leases for a batch of events decided inside one transaction.
+//! - [`runs`]: the run lifecycle after routing (heartbeat, finish, listing).
+
+pub mod entities;
+mod index;
+mod lock_batch;
+pub mod runs;
+
+pub use index::{Candidate, TriggerIndex};
+pub use lock_batch::{Decision, LockBatch};
+
+/// Milliseconds since the Unix epoch: how every time is stored.
+pub type Millis = i64;
+
+/// The current time in stored form.
+pub fn now_millis() -> Millis {
+    chrono::Utc::now().timestamp_millis()
+}

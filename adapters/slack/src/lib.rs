@@ -4,8 +4,9 @@
 //! # How the daemon uses it
 //!
 //! 1. [`verify`] the `X-Slack-Request-Timestamp` / `X-Slack-Signature` headers over the raw
-//!    body with the secret named by [`SlackSourceConfig::signing_secret_env`] and its clock.
-//!    Any error is `unauthorized_source` (401) with [`SlackError::detail`].
+//!    body with the secret named by [`SlackSourceConfig::signing_secret_env`] and its clock,
+//!    for every request including `url_verification`. Any error is `unauthorized_source` (401)
+//!    with [`SlackError::detail`]. [`sign`] produces valid headers for tests.
 //! 2. [`normalize`] the body into a [`SlackIntake`]:
 //!    - `UrlVerification { challenge }`: answer `200 text/plain` with the challenge.
 //!    - `Event(SlackEvent)`: route or record `normalized` (`delivery_id` = Slack's `event_id`).
@@ -33,8 +34,9 @@
 //! and edits carry `urgent`/`urgent_rule` in their payload but keep their event type.
 //!
 //! **Payload** (every key always present, `null` when Slack sent nothing): `team_id`,
-//! `event_id`, `channel_id`, `channel_type`, `user_id`, `bot_id`, `subtype`, `text`, `ts` (the
-//! message's own ts, also for edits and deletions), `thread_ts`, `is_thread_reply`, `files`
+//! `event_id`, `channel_id`, `channel_type`, `user_id` and `bot_id` (the message's author),
+//! `subtype`, `text`, `ts` (the message's own ts, also for edits and deletions), `thread_ts`,
+//! `is_thread_reply`, `files`
 //! (`id`, `name`, `title`, `filetype`, `mimetype`), `metadata` (as sent), `urgent`,
 //! `urgent_rule`; plus `previous_text` and `edited_ts` for `message_changed` (whose `text` is
 //! the new text) and `previous_text` for `message_deleted` (whose `text` is `null`). Content is

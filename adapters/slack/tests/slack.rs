@@ -10,6 +10,8 @@ mod config;
 mod normalize;
 #[path = "slack/pitfalls.rs"]
 mod pitfalls;
+#[path = "slack/refusals.rs"]
+mod refusals;
 #[path = "slack/signature.rs"]
 mod signature;
 

@@ -1,0 +1,236 @@
+//! Entity leases for a batch of events decided in one transaction.
+//!
+//! The daemon's intake writer opens a transaction, [`LockBatch::load`]s the lease rows of every
+//! entity its batch touches (row-locked with `FOR UPDATE` on PostgreSQL and MySQL; SQLite
+//! serialises writers with `BEGIN IMMEDIATE`), decides each event in arrival order in memory
+//! with [`LockBatch::route`], then writes all changes with [`LockBatch::persist`] before the
+//! ledger rows, in the same transaction. A lease row that did not exist is created with a plain
+//! `INSERT`: if another replica created it meanwhile, the insert fails and the caller retries
+//! the whole batch, which then sees that replica's lease.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter,
+    QuerySelect,
+};
+use uuid::Uuid;
+
+use crate::entities::{entity_lock, run};
+use crate::{Candidate, Millis};
+
+/// What routing decided for one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// A run was created and holds the entity lease.
+    Routed {
+        run_id: String,
+        workflow_id: Arc<str>,
+        fencing_token: i64,
+        /// The run whose expired lease this one took over, now marked `expired`.
+        took_over_from: Option<String>,
+    },
+    /// No live workflow of the tenant triggers on (channel, event_type).
+    NoTriggerMatch,
+    /// The chosen workflow's entity is held by another active run.
+    EntityLocked {
+        held_by_run_id: String,
+        workflow_id: Arc<str>,
+    },
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// The row as loaded; `None` when no lease was ever taken on the entity.
+    stored: Option<entity_lock::Model>,
+    /// The row as this batch leaves it.
+    current: Option<entity_lock::Model>,
+}
+
+/// The lease rows of one batch's entities, and the runs the batch creates.
+#[derive(Debug)]
+pub struct LockBatch {
+    now: Millis,
+    slots: HashMap<(String, String), Slot>,
+    new_runs: Vec<run::ActiveModel>,
+    expired_runs: Vec<String>,
+}
+
+/// Bounds one `WHERE (a AND b) OR ...` list; well under every backend's parameter limit.
+const LOAD_CHUNK: usize = 200;
+
+impl LockBatch {
+    /// Reads (and on PostgreSQL/MySQL row-locks until commit) the lease rows of `keys`.
+    pub async fn load<C: ConnectionTrait>(
+        db: &C,
+        keys: impl IntoIterator<Item = (String, String)>,
+        now: Millis,
+    ) -> Result<Self, DbErr> {
+        let mut slots: HashMap<(String, String), Slot> = keys
+            .into_iter()
+            .map(|key| {
+                (
+                    key,
+                    Slot {
+                        stored: None,
+                        current: None,
+                    },
+                )
+            })
+            .collect();
+        let keys: Vec<&(String, String)> = slots.keys().collect();
+        let mut rows = Vec::new();
+        for chunk in keys.chunks(LOAD_CHUNK) {
+            let mut any = Condition::any();
+            for (tenant_id, entity_id) in chunk {
+                any = any.add(
+                    Condition::all()
+                        .add(entity_lock::Column::TenantId.eq(tenant_id.as_str()))
+                        .add(entity_lock::Column::TargetEntityId.eq(entity_id.as_str())),
+                );
+            }
+            rows.extend(
+                entity_lock::Entity::find()
+                    .filter(any)
+                    .lock_exclusive()
+                    .all(db)
+                    .await?,
+            );
+        }
+        for row in rows {
+            if let Some(slot) = slots.get_mut(&(row.tenant_id.clone(), row.target_entity_id.clone())) {
+                slot.current = Some(row.clone());
+                slot.stored = Some(row);
+            }
+        }
+        Ok(Self {
+            now,
+            slots,
+            new_runs: Vec::new(),
+            expired_runs: Vec::new(),
+        })
+    }
+
+    /// Decides one event: its chosen workflow (if any) gets a run and the entity's lease, unless
+    /// an active run holds it. Events of one batch must be routed in arrival order.
+    ///
+    /// The entity must be among the keys given to [`LockBatch::load`]; an unknown key is
+    /// treated as never locked, which is only true if the caller loaded it.
+    pub fn route(
+        &mut self,
+        tenant_id: &str,
+        target_entity_id: &str,
+        chosen: Option<&Candidate>,
+        intake_id: &str,
+    ) -> Decision {
+        let Some(candidate) = chosen else {
+            return Decision::NoTriggerMatch;
+        };
+        let now = self.now;
+        let slot = self
+            .slots
+            .entry((tenant_id.to_owned(), target_entity_id.to_owned()))
+            .or_insert(Slot {
+                stored: None,
+                current: None,
+            });
+        if let Some(holder) = slot.current.as_ref().and_then(|row| row.held_at(now)) {
+            return Decision::EntityLocked {
+                held_by_run_id: holder.to_owned(),
+                workflow_id: candidate.workflow_id.clone(),
+            };
+        }
+        let took_over_from = slot.current.as_ref().and_then(|row| row.run_id.clone());
+        let fencing_token = slot.current.as_ref().map_or(1, |row| row.fencing_token + 1);
+        let ttl_ms = i64::try_from(candidate.lock_ttl.as_millis()).unwrap_or(i64::MAX / 2);
+        let run_id = Uuid::now_v7().to_string();
+        slot.current = Some(entity_lock::Model {
+            tenant_id: tenant_id.to_owned(),
+            target_entity_id: target_entity_id.to_owned(),
+            run_id: Some(run_id.clone()),
+            fencing_token,
+            expires_at: now.saturating_add(ttl_ms),
+            updated_at: now,
+        });
+        if let Some(expired) = &took_over_from {
+            self.expired_runs.push(expired.clone());
+        }
+        self.new_runs.push(run::ActiveModel {
+            id: Set(run_id.clone()),
+            tenant_id: Set(tenant_id.to_owned()),
+            workflow_id: Set(candidate.workflow_id.to_string()),
+            target_entity_id: Set(target_entity_id.to_owned()),
+            intake_id: Set(intake_id.to_owned()),
+            status: Set(run::RunStatus::Queued),
+            fencing_token: Set(fencing_token),
+            lock_ttl_ms: Set(ttl_ms),
+            created_at: Set(now),
+            updated_at: Set(now),
+            finished_at: Set(None),
+        });
+        Decision::Routed {
+            run_id,
+            workflow_id: candidate.workflow_id.clone(),
+            fencing_token,
+            took_over_from,
+        }
+    }
+
+    /// Writes the batch's new runs, lease changes and expired holders.
+    pub async fn persist<C: ConnectionTrait>(self, db: &C) -> Result<(), DbErr> {
+        let mut created = Vec::new();
+        let mut changed = Vec::new();
+        for slot in self.slots.into_values() {
+            match (slot.stored, slot.current) {
+                (None, Some(new)) => created.push(entity_lock::ActiveModel::from(new)),
+                (Some(old), Some(new)) if old != new => {
+                    changed.push(entity_lock::ActiveModel::from(new))
+                }
+                _ => {}
+            }
+        }
+        if !created.is_empty() {
+            // A plain insert: a concurrent creator makes this fail and the batch retry.
+            entity_lock::Entity::insert_many(created)
+                .exec_without_returning(db)
+                .await?;
+        }
+        if !changed.is_empty() {
+            // These rows are row-locked by `load`, so overwriting them is safe.
+            entity_lock::Entity::insert_many(changed)
+                .on_conflict(
+                    OnConflict::columns([
+                        entity_lock::Column::TenantId,
+                        entity_lock::Column::TargetEntityId,
+                    ])
+                    .update_columns([
+                        entity_lock::Column::RunId,
+                        entity_lock::Column::FencingToken,
+                        entity_lock::Column::ExpiresAt,
+                        entity_lock::Column::UpdatedAt,
+                    ])
+                    .to_owned(),
+                )
+                .exec_without_returning(db)
+                .await?;
+        }
+        if !self.new_runs.is_empty() {
+            run::Entity::insert_many(self.new_runs)
+                .exec_without_returning(db)
+                .await?;
+        }
+        if !self.expired_runs.is_empty() {
+            run::Entity::update_many()
+                .col_expr(run::Column::Status, run::RunStatus::Expired.as_str().into())
+                .col_expr(run::Column::UpdatedAt, self.now.into())
+                .col_expr(run::Column::FinishedAt, self.now.into())
+                .filter(run::Column::Id.is_in(self.expired_runs))
+                .filter(run::Column::Status.eq(run::RunStatus::Queued))
+                .exec(db)
+                .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,137 @@
+//! `switchyard check`: validates a config file and warns about what would surprise its admin.
+
+use std::path::Path;
+
+use switchyard_core::{Channel, WorkflowStatus};
+use switchyard_router::TriggerIndex;
+
+use crate::config::{LoadedConfig, SourceConfig, process_env};
+
+/// What `check` found; errors make the file unusable, warnings do not.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Checks the file; prints the report and returns whether it is usable.
+pub fn check(path: &Path) -> bool {
+    let report = match LoadedConfig::load(path) {
+        Ok(loaded) => review(&loaded, &process_env),
+        Err(error) => Report {
+            errors: vec![error.to_string()],
+            warnings: Vec::new(),
+        },
+    };
+    for warning in &report.warnings {
+        println!("warning: {warning}");
+    }
+    for error in &report.errors {
+        println!("error: {error}");
+    }
+    if report.errors.is_empty() {
+        println!(
+            "{}: OK ({} warning{})",
+            path.display(),
+            report.warnings.len(),
+            if report.warnings.len() == 1 { "" } else { "s" }
+        );
+    }
+    report.errors.is_empty()
+}
+
+/// The warnings (and unset secrets, which `serve` would refuse) of a parsed config.
+pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Report {
+    let mut report = Report::default();
+    let config = &loaded.config;
+    let workflows = loaded.workflows();
+
+    for tie in TriggerIndex::build(loaded.revision.clone(), &workflows).priority_ties() {
+        report.warnings.push(format!(
+            "priority tie: workflows {} all trigger on ({}, {}) for tenant `{}` at priority {}; \
+             `{}` wins by id order",
+            tie.workflow_ids.join(", "),
+            tie.channel,
+            tie.event_type,
+            tie.tenant_id,
+            tie.priority,
+            tie.workflow_ids[0]
+        ));
+    }
+
+    for workflow in &workflows {
+        match workflow.status {
+            WorkflowStatus::Draft => report.warnings.push(format!(
+                "workflow `{}` is a draft: it never matches a real event",
+                workflow.id
+            )),
+            WorkflowStatus::Disabled => {}
+            WorkflowStatus::Live => {
+                for trigger in &workflow.triggers {
+                    if let Some(why) = unproducible(config, &workflow.tenant_id, trigger.channel, &trigger.event_type) {
+                        report.warnings.push(format!(
+                            "live workflow `{}` triggers on ({}, {}), but {why}",
+                            workflow.id, trigger.channel, trigger.event_type
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    for source in &config.sources {
+        if let SourceConfig::Webhook(webhook) = source
+            && webhook.insecure_skip_signature
+        {
+            report.warnings.push(format!(
+                "INSECURE: webhook source `{}` accepts unsigned deliveries \
+                 (insecure_skip_signature = true); anyone who can reach it can create runs",
+                webhook.name
+            ));
+        }
+        if let Err(error) = source.resolve(env) {
+            report.errors.push(format!("{error}: `serve` would refuse to start"));
+        }
+    }
+    if env(&config.server.api_token_env).is_none() {
+        report.errors.push(format!(
+            "server.api_token_env names `{}`, which is not set: `serve` would refuse to start",
+            config.server.api_token_env
+        ));
+    }
+    report
+}
+
+/// Why no configured source can produce this trigger for the tenant, if none can.
+fn unproducible(
+    config: &crate::config::Config,
+    tenant: &str,
+    channel: Channel,
+    event_type: &str,
+) -> Option<String> {
+    let produces = |source: &SourceConfig| match (source, channel) {
+        (SourceConfig::Webhook(s), Channel::Webhook) => {
+            s.tenant == tenant && event_type.starts_with("ticket.")
+        }
+        (SourceConfig::Slack(s), Channel::Slack) => {
+            s.teams.values().any(|t| t == tenant)
+                && matches!(
+                    event_type,
+                    "message" | "urgent_message" | "app_mention" | "message_changed" | "message_deleted"
+                )
+        }
+        (SourceConfig::Email(s), Channel::Email) => {
+            s.tenant == tenant
+                && [switchyard_email::EVENT_RECEIVED, switchyard_email::EVENT_REPLY].contains(&event_type)
+        }
+        _ => false,
+    };
+    match channel {
+        // These arrive through POST /v1/events, which any trusted sender can use.
+        Channel::Chat | Channel::WebForm => None,
+        _ if config.sources.iter().any(produces) => None,
+        _ => Some(format!(
+            "no configured {channel} source of tenant `{tenant}` produces it (only POST /v1/events could)"
+        )),
+    }
+}

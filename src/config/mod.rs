@@ -1,0 +1,302 @@
+//! The admin's config file (`switchyard.toml`): its shape, validation, and the resolution of
+//! secrets named by environment variable into the [`Settings`] the daemon runs on.
+
+mod sources;
+mod workflows;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use switchyard_core::Workflow;
+
+pub use sources::{ResolvedSource, SourceConfig};
+pub use workflows::WorkflowConfig;
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the HTTP server listens and how it authenticates admin callers.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Where runs, locks and the ledger are stored.
+    #[serde(default)]
+    pub database: DatabaseConfig,
+    /// Channels events arrive from (`kind = "webhook" | "slack" | "email"`).
+    #[serde(default, rename = "source")]
+    pub sources: Vec<SourceConfig>,
+    /// Workflows and the triggers that select them.
+    #[serde(default, rename = "workflow")]
+    pub workflows: Vec<WorkflowConfig>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address and port of the HTTP server.
+    #[serde(default = "ServerConfig::default_listen")]
+    pub listen: SocketAddr,
+    /// Environment variable holding the bearer token for `/v1/events` and the admin API.
+    #[serde(default = "ServerConfig::default_api_token_env")]
+    pub api_token_env: String,
+    /// Largest request body accepted, in bytes; larger ones are answered 413.
+    #[serde(default = "ServerConfig::default_body_limit")]
+    pub body_limit: usize,
+}
+
+impl ServerConfig {
+    fn default_listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 8080))
+    }
+    fn default_api_token_env() -> String {
+        "SWITCHYARD_API_TOKEN".into()
+    }
+    fn default_body_limit() -> usize {
+        1024 * 1024
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: Self::default_listen(),
+            api_token_env: Self::default_api_token_env(),
+            body_limit: Self::default_body_limit(),
+        }
+    }
+}
+
+/// How an acknowledged event survives a crash on SQLite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// `synchronous = FULL`: an acknowledged event survives power loss.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: survives a daemon crash; the last commits may be lost on power loss.
+    Normal,
+}
+
+/// `[database]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://FILE` (relative to the config file), `postgres://...` or `mysql://...`.
+    #[serde(default = "DatabaseConfig::default_url")]
+    pub url: String,
+    /// SQLite only: when a commit is on disk. PostgreSQL and MySQL follow their server settings.
+    #[serde(default)]
+    pub durability: Durability,
+    /// Connection pool size (default 4 on SQLite, 16 otherwise).
+    #[serde(default)]
+    pub max_connections: Option<u32>,
+    /// Intake writers committing in parallel (SQLite always 1; default 4 otherwise).
+    #[serde(default)]
+    pub writers: Option<usize>,
+}
+
+impl DatabaseConfig {
+    fn default_url() -> String {
+        "sqlite://switchyard.db?mode=rwc".into()
+    }
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: Self::default_url(),
+            durability: Durability::default(),
+            max_connections: None,
+            writers: None,
+        }
+    }
+}
+
+/// Why a config file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A parsed, validated config file and where it came from.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    pub config: Config,
+    /// The folder relative paths (the SQLite file) are resolved against.
+    pub base_dir: PathBuf,
+    /// First 16 hex digits of the file's SHA-256: the same file gives the same revision on
+    /// every replica.
+    pub revision: String,
+}
+
+impl LoadedConfig {
+    /// Reads, parses and validates the file; secrets are not looked up yet.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base_dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        Self::parse(&text, path, base_dir)
+    }
+
+    /// Parses and validates config text as if read from `path`.
+    pub fn parse(text: &str, path: &Path, base_dir: PathBuf) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        config.validate()?;
+        let revision = hex::encode(&Sha256::digest(text.as_bytes())[..8]);
+        Ok(Self {
+            config,
+            base_dir,
+            revision,
+        })
+    }
+
+    /// The database URL with a relative SQLite path resolved against the config's folder and the
+    /// file created when missing.
+    pub fn database_url(&self) -> String {
+        resolve_database_url(&self.config.database.url, &self.base_dir)
+    }
+
+    /// The workflows in domain form.
+    pub fn workflows(&self) -> Vec<Workflow> {
+        self.config
+            .workflows
+            .iter()
+            .map(WorkflowConfig::to_workflow)
+            .collect()
+    }
+}
+
+impl Config {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let mut workflow_ids = HashSet::new();
+        for workflow in &self.workflows {
+            if !workflow_ids.insert(workflow.id.as_str()) {
+                problems.push(format!("workflow `{}` is defined more than once", workflow.id));
+            }
+            problems.extend(workflow.problems());
+        }
+        let mut source_names = HashSet::new();
+        for source in &self.sources {
+            if !source_names.insert((source.kind(), source.name())) {
+                problems.push(format!(
+                    "{} source `{}` is defined more than once",
+                    source.kind(),
+                    source.name()
+                ));
+            }
+            if let Err(problem) = source.validate() {
+                problems.push(format!(
+                    "{} source `{}`: {problem}",
+                    source.kind(),
+                    source.name()
+                ));
+            }
+        }
+        if self.server.body_limit == 0 {
+            problems.push("server.body_limit must be greater than 0".into());
+        }
+        if self.database.writers == Some(0) {
+            problems.push("database.writers must be at least 1".into());
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(problems.join("\n")))
+        }
+    }
+}
+
+fn resolve_database_url(url: &str, base_dir: &Path) -> String {
+    let Some(rest) = url.strip_prefix("sqlite://") else {
+        return url.to_owned();
+    };
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() || path.starts_with(':') {
+        return url.to_owned();
+    }
+    let path = Path::new(path);
+    let path = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base_dir.join(path)
+    };
+    // Without `mode=rwc` sqlx refuses a missing file; the embedded default should just work.
+    let query = if query.split('&').any(|pair| pair.starts_with("mode=")) {
+        query.to_owned()
+    } else if query.is_empty() {
+        "mode=rwc".to_owned()
+    } else {
+        format!("{query}&mode=rwc")
+    };
+    format!("sqlite://{}?{query}", path.display())
+}
+
+/// Looks up an environment variable by name; tests pass their own.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The process environment as an [`EnvLookup`].
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+/// A config with every secret looked up: what the daemon runs on.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub loaded: LoadedConfig,
+    pub api_token: String,
+    pub sources: Vec<ResolvedSource>,
+}
+
+impl Settings {
+    /// Looks up every secret the config names; a missing one is an error naming the variable.
+    pub fn resolve(loaded: LoadedConfig, env: EnvLookup<'_>) -> Result<Self, ConfigError> {
+        let token_env = &loaded.config.server.api_token_env;
+        let api_token = env(token_env).ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "server.api_token_env names `{token_env}`, which is not set: the admin API \
+                 and /v1/events need a bearer token"
+            ))
+        })?;
+        let sources = loaded
+            .config
+            .sources
+            .iter()
+            .map(|source| source.resolve(env))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ConfigError::Invalid)?;
+        Ok(Self {
+            loaded,
+            api_token,
+            sources,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

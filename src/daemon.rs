@@ -1,0 +1,147 @@
+//! One running daemon: the database pool, the revision in force, the intake writers, the HTTP
+//! server and (per email source) a mailbox poller.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::config::Settings;
+use crate::http::{self, AppState};
+use crate::intake::Intake;
+use crate::live::{Live, LiveConfig};
+use crate::sources::SourceStatuses;
+use crate::store;
+
+/// A started daemon, not yet serving HTTP. Clones share everything (for reloading while serving).
+#[derive(Debug, Clone)]
+pub struct Daemon {
+    state: AppState,
+}
+
+impl Daemon {
+    /// Connects to the database (migrating it unless `migrate` is false), records the
+    /// workflows of this revision and starts the intake writers.
+    pub async fn start(settings: Settings, migrate: bool) -> anyhow::Result<Self> {
+        let url = settings.loaded.database_url();
+        let database = settings.loaded.config.database.clone();
+        let db = store::connect(&url, &database)
+            .await
+            .with_context(|| format!("cannot open the database at {}", redact_url(&url)))?;
+        if migrate {
+            store::migrate(&db).await.context("cannot migrate the database")?;
+        }
+        let live = Live::new(settings);
+        store::workflows::sync(&db, live.revision(), &live.workflows, switchyard_router::now_millis())
+            .await
+            .context("cannot record the workflows (is the database migrated? run `switchyard migrate`)")?;
+        log_revision(&live);
+        let writers = store::writer_count(&db, &database);
+        let live = LiveConfig::new(live);
+        let intake = Intake::start(db.clone(), live.clone(), writers);
+        let state = AppState {
+            db,
+            live,
+            intake,
+            sources: Arc::new(SourceStatuses::default()),
+        };
+        Ok(Self { state })
+    }
+
+    /// The handles the HTTP handlers use; tests and the poller supervisor use them too.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Puts a new config revision in force. Settings that need a restart (database, listen
+    /// address, body limit) are reported and keep their running values.
+    pub async fn reload(&self, settings: Settings) -> anyhow::Result<()> {
+        let current = self.state.live.current();
+        let (old, new) = (&current.settings.loaded, &settings.loaded);
+        if old.database_url() != new.database_url() {
+            tracing::warn!("database.url changed: it takes effect at the next restart");
+        }
+        if old.config.server.listen != new.config.server.listen
+            || old.config.server.body_limit != new.config.server.body_limit
+        {
+            tracing::warn!("server.listen or server.body_limit changed: they take effect at the next restart");
+        }
+        let live = Live::new(settings);
+        store::workflows::sync(
+            &self.state.db,
+            live.revision(),
+            &live.workflows,
+            switchyard_router::now_millis(),
+        )
+        .await
+        .context("cannot record the new workflows; the old revision stays in force")?;
+        log_revision(&live);
+        self.state.live.replace(live);
+        Ok(())
+    }
+
+    /// Serves HTTP on `listener` until `shutdown` completes, then drains in-flight requests.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let body_limit = self.state.live.current().settings.loaded.config.server.body_limit;
+        let addr = listener.local_addr().context("listener has no address")?;
+        let app = http::router(self.state.clone(), body_limit);
+        tracing::info!(%addr, "listening");
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .context("HTTP server failed")?;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Starts a daemon on `settings` and serves `listener` until `shutdown`.
+pub async fn run(
+    settings: Settings,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    Daemon::start(settings, true).await?.serve(listener, shutdown).await
+}
+
+fn log_revision(live: &Live) {
+    let live_workflows = live
+        .workflows
+        .iter()
+        .filter(|w| w.status == switchyard_core::WorkflowStatus::Live)
+        .count();
+    tracing::info!(
+        config_revision = live.revision(),
+        workflows = live.workflows.len(),
+        live_workflows,
+        trigger_keys = live.index.len(),
+        "config revision in force"
+    );
+    for source in &live.settings.loaded.config.sources {
+        if let crate::config::SourceConfig::Webhook(webhook) = source
+            && webhook.insecure_skip_signature
+        {
+            tracing::warn!(
+                source = %webhook.name,
+                "webhook source accepts UNSIGNED deliveries (insecure_skip_signature = true): anyone who can reach it can create runs"
+            );
+        }
+    }
+}
+
+/// The URL without its password, for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}://{user}:***@{}", &url[..scheme_end], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}

@@ -1,0 +1,52 @@
+//! The one error type at the HTTP edge. Client errors carry a stable machine-readable `error`
+//! and a human `detail`; server errors are logged and answered without internals.
+
+use axum::Json;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::intake::StoreUnavailable;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("request body is larger than the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error(transparent)]
+    Unavailable(#[from] StoreUnavailable),
+    #[error("database error: {0}")]
+    Database(#[from] sea_orm::DbErr),
+}
+
+/// Seconds a sender should wait before retrying after a 503.
+pub const RETRY_AFTER_SECS: &str = "1";
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, error) = match &self {
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::Unavailable(_) | ApiError::Database(_) => {
+                tracing::error!(error = %self, "answering 503: the store is unavailable");
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [(header::RETRY_AFTER, RETRY_AFTER_SECS)],
+                    Json(json!({"error": "store_unavailable", "detail": "the store is unavailable; retry later"})),
+                )
+                    .into_response();
+            }
+        };
+        (status, Json(json!({"error": error, "detail": self.to_string()}))).into_response()
+    }
+}

@@ -1,0 +1,91 @@
+//! `POST /v1/events`: canonical events from trusted senders (web forms, chat bridges), with an
+//! `Idempotency-Key` header as the delivery id. Source `api`.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde::Deserialize;
+use switchyard_core::{Channel, Event, Outcome};
+use uuid::Uuid;
+
+use super::AppState;
+use super::intake_answer::{self, Style};
+use crate::intake::{Delivery, DeliveryBody, Raw};
+
+/// The source name of deliveries to this endpoint.
+pub const API_SOURCE: &str = "api";
+/// Longest id the store indexes.
+const MAX_ID_LEN: usize = 255;
+
+/// A canonical event as a sender posts it: `raw_ref` may be left out (it then points at the
+/// stored request body).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventRequest {
+    channel: Channel,
+    event_type: String,
+    tenant_id: String,
+    target_entity_id: String,
+    payload: serde_json::Value,
+    #[serde(default)]
+    raw_ref: Option<String>,
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/v1/events", post(post_event))
+}
+
+async fn post_event(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match intake_answer::body(body, &state) {
+        Ok(body) => body,
+        Err(error) => return error.into_response(),
+    };
+    let invalid = |detail: String| intake_answer::refuse(Outcome::InvalidEvent, detail, Style::Standard);
+    let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
+        return invalid("missing `Idempotency-Key` header: it is the delivery id".into());
+    };
+    if key.trim().is_empty() || key.len() > MAX_ID_LEN {
+        return invalid(format!("`Idempotency-Key` must be 1 to {MAX_ID_LEN} characters"));
+    }
+    let request: EventRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(error) => return invalid(format!("invalid event JSON: {error}")),
+    };
+    let intake_id = Uuid::now_v7();
+    let event = Event {
+        channel: request.channel,
+        event_type: request.event_type,
+        tenant_id: request.tenant_id,
+        target_entity_id: request.target_entity_id,
+        payload: request.payload,
+        raw_ref: request
+            .raw_ref
+            .unwrap_or_else(|| Delivery::raw_ref(intake_id)),
+    };
+    if let Err(error) = event.validate() {
+        return invalid(error.to_string());
+    }
+    for (field, value) in [
+        ("event_type", &event.event_type),
+        ("tenant_id", &event.tenant_id),
+        ("target_entity_id", &event.target_entity_id),
+    ] {
+        if value.len() > MAX_ID_LEN {
+            return invalid(format!("`{field}` is longer than {MAX_ID_LEN} bytes"));
+        }
+    }
+    let mut delivery = Delivery::new(intake_id, API_SOURCE, key, DeliveryBody::Route(event));
+    delivery.raw = Some(Raw {
+        content_type: "application/json".into(),
+        bytes: body,
+    });
+    intake_answer::submit(&state, delivery, Style::Standard).await
+}

@@ -1,0 +1,67 @@
+//! Shared by the intake endpoints: reading a bounded body, submitting a delivery, and turning
+//! its [`Answer`] into the HTTP status DESIGN.md section 4 gives each outcome.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use switchyard_core::Outcome;
+
+use super::{ApiError, AppState};
+use crate::intake::{Answer, Delivery};
+
+/// How a sender wants outcomes mapped to statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// `invalid_event` is 400.
+    Standard,
+    /// Slack retries every non-2xx and a retry cannot fix a malformed body: `invalid_event` is 200.
+    Slack,
+}
+
+pub fn status_of(outcome: Outcome, style: Style) -> StatusCode {
+    match outcome {
+        Outcome::InvalidEvent if style == Style::Slack => StatusCode::OK,
+        Outcome::InvalidEvent => StatusCode::BAD_REQUEST,
+        Outcome::UnauthorizedSource => StatusCode::UNAUTHORIZED,
+        Outcome::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        Outcome::DeadLettered => StatusCode::INTERNAL_SERVER_ERROR,
+        Outcome::Routed
+        | Outcome::NoTriggerMatch
+        | Outcome::EntityLocked
+        | Outcome::Duplicate
+        | Outcome::Ineligible => StatusCode::OK,
+    }
+}
+
+/// The answer as a response.
+pub fn respond(answer: Answer, style: Style) -> Response {
+    (status_of(answer.outcome, style), Json(answer)).into_response()
+}
+
+/// A refusal decided before the store (bad signature, malformed request): nothing is recorded.
+pub fn refuse(outcome: Outcome, detail: impl Into<String>, style: Style) -> Response {
+    respond(Answer::refused(outcome, detail), style)
+}
+
+/// Submits the delivery and answers once it is committed (503 if the store refused it).
+pub async fn submit(state: &AppState, delivery: Delivery, style: Style) -> Response {
+    match state.intake.submit(delivery).await {
+        Ok(answer) => respond(answer, style),
+        Err(unavailable) => ApiError::from(unavailable).into_response(),
+    }
+}
+
+/// The request body, or 413 when it is over the configured limit.
+pub fn body(result: Result<Bytes, BytesRejection>, state: &AppState) -> Result<Bytes, ApiError> {
+    result.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge {
+                limit: state.live.current().settings.loaded.config.server.body_limit,
+            }
+        } else {
+            ApiError::BadRequest(rejection.body_text())
+        }
+    })
+}

@@ -1,0 +1,53 @@
+//! The HTTP server: one module per resource, each ending in `router()`, merged here behind the
+//! bearer-token check (ingest endpoints authenticate by signature instead).
+
+pub(crate) mod admin;
+mod auth;
+mod error;
+mod events;
+mod health;
+// mod ingest_slack;
+// mod ingest_webhook;
+mod intake_answer;
+mod runs;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use sea_orm::DatabaseConnection;
+
+pub use admin::millis_to_rfc3339;
+pub use error::ApiError;
+
+use crate::intake::Intake;
+use crate::live::LiveConfig;
+use crate::sources::SourceStatuses;
+
+/// What every handler can reach.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub db: DatabaseConnection,
+    pub live: LiveConfig,
+    pub intake: Intake,
+    pub sources: Arc<SourceStatuses>,
+}
+
+/// The whole HTTP surface.
+pub fn router(state: AppState, body_limit: usize) -> Router {
+    let admin = Router::new()
+        .merge(events::router())
+        .merge(runs::router())
+        .merge(admin::router())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_api_token,
+        ));
+    Router::new()
+        .merge(admin)
+        // .merge(ingest_webhook::router())
+        // .merge(ingest_slack::router())
+        .merge(health::router())
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}

@@ -1,0 +1,129 @@
+//! `/v1/runs`: list and read runs, extend a run's lease, finish a run.
+
+use axum::extract::{Path, Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use switchyard_router::entities::run::{self, RunStatus};
+use switchyard_router::now_millis;
+use switchyard_router::runs::{self as lifecycle, RunError};
+
+use super::admin::{millis_to_rfc3339, parse_limit};
+use super::{ApiError, AppState};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/runs", get(list_runs))
+        .route("/v1/runs/{id}", get(get_run))
+        .route("/v1/runs/{id}/heartbeat", post(heartbeat))
+        .route("/v1/runs/{id}/finish", post(finish))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunsQuery {
+    tenant: Option<String>,
+    status: Option<String>,
+    limit: Option<String>,
+}
+
+/// A run as the API shows it.
+#[derive(Debug, Serialize)]
+struct RunView {
+    id: String,
+    tenant_id: String,
+    workflow_id: String,
+    target_entity_id: String,
+    intake_id: String,
+    status: RunStatus,
+    fencing_token: i64,
+    lock_ttl_ms: i64,
+    created_at: String,
+    updated_at: String,
+    finished_at: Option<String>,
+}
+
+impl From<run::Model> for RunView {
+    fn from(run: run::Model) -> Self {
+        Self {
+            created_at: millis_to_rfc3339(run.created_at),
+            updated_at: millis_to_rfc3339(run.updated_at),
+            finished_at: run.finished_at.map(millis_to_rfc3339),
+            id: run.id,
+            tenant_id: run.tenant_id,
+            workflow_id: run.workflow_id,
+            target_entity_id: run.target_entity_id,
+            intake_id: run.intake_id,
+            status: run.status,
+            fencing_token: run.fencing_token,
+            lock_ttl_ms: run.lock_ttl_ms,
+        }
+    }
+}
+
+fn parse_status(status: &str) -> Result<RunStatus, ApiError> {
+    status.parse().map_err(ApiError::BadRequest)
+}
+
+async fn list_runs(
+    State(state): State<AppState>,
+    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let status = query.status.as_deref().map(parse_status).transpose()?;
+    let limit = parse_limit(query.limit.as_deref())?;
+    let runs = lifecycle::list(&state.db, query.tenant.as_deref(), status, limit).await?;
+    let runs: Vec<RunView> = runs.into_iter().map(RunView::from).collect();
+    Ok(Json(json!({ "runs": runs })))
+}
+
+async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<RunView>, ApiError> {
+    lifecycle::get(&state.db, &id)
+        .await?
+        .map(|run| Json(RunView::from(run)))
+        .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))
+}
+
+async fn heartbeat(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let lease = lifecycle::heartbeat(&state.db, &id, now_millis())
+        .await
+        .map_err(run_error)?;
+    tracing::info!(run_id = %id, expires_at = lease.expires_at, "run heartbeat extended its lease");
+    Ok(Json(json!({
+        "run_id": id,
+        "fencing_token": lease.fencing_token,
+        "expires_at": millis_to_rfc3339(lease.expires_at),
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinishRequest {
+    status: String,
+}
+
+async fn finish(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Json<FinishRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<RunView>, ApiError> {
+    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let status = parse_status(&request.status)?;
+    let run = lifecycle::finish(&state.db, &id, status, now_millis())
+        .await
+        .map_err(run_error)?;
+    tracing::info!(run_id = %run.id, tenant_id = %run.tenant_id, status = run.status.as_str(), "run finished and released its lock");
+    Ok(Json(RunView::from(run)))
+}
+
+fn run_error(error: RunError) -> ApiError {
+    match error {
+        RunError::NotFound(_) => ApiError::NotFound(error.to_string()),
+        RunError::AlreadyFinished { .. } | RunError::LeaseLost(_) => {
+            ApiError::Conflict(error.to_string())
+        }
+        RunError::NotFinal(_) => ApiError::BadRequest(error.to_string()),
+        RunError::Db(db) => ApiError::Database(db),
+    }
+}

@@ -1,0 +1,195 @@
+//! The intake pipeline: every authenticated delivery becomes one ledger row and one answer.
+//!
+//! Handlers (and the mailbox poller) build a [`Delivery`] and [`Intake::submit`] it. Writers
+//! (one on SQLite, several on PostgreSQL/MySQL, sharded by entity) take whatever deliveries are
+//! waiting, decide them all in one transaction (dedup, route, lock, ledger, raw bytes, mailbox
+//! cursor) and commit once: group commit. Each sender is answered only after that commit.
+
+mod writer;
+
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sea_orm::DatabaseConnection;
+use serde::Serialize;
+use switchyard_core::{Event, Outcome};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::live::LiveConfig;
+
+/// One authenticated delivery, ready to be decided.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The ledger row's id; also the raw delivery's id (`raw_ref` = `raw:<id>`).
+    pub intake_id: Uuid,
+    pub source: String,
+    /// With `source`, identifies the delivery: a second one is a `duplicate`.
+    pub delivery_id: String,
+    pub received_at: i64,
+    /// The original bytes, stored for `raw_ref`.
+    pub raw: Option<Raw>,
+    pub body: DeliveryBody,
+    /// For mailbox deliveries: the cursor to advance in the same transaction.
+    pub cursor: Option<CursorAdvance>,
+}
+
+/// Original bytes of a delivery.
+#[derive(Debug, Clone)]
+pub struct Raw {
+    pub content_type: String,
+    pub bytes: Bytes,
+}
+
+/// What the adapter made of the delivery.
+#[derive(Debug)]
+pub enum DeliveryBody {
+    /// Route this event.
+    Route(Event),
+    /// Excluded by rule; recorded as `ineligible`.
+    Ineligible { detail: String, event: Option<Event> },
+    /// Authenticated but not normalisable; recorded as `invalid_event`.
+    Invalid { detail: String },
+}
+
+/// A mailbox cursor position to store with the delivery.
+#[derive(Debug, Clone)]
+pub struct CursorAdvance {
+    pub mailbox: String,
+    pub uidvalidity: u32,
+    pub uid: u32,
+}
+
+impl Delivery {
+    /// A delivery received now, recorded under `intake_id` (see [`Delivery::raw_ref`]).
+    pub fn new(
+        intake_id: Uuid,
+        source: impl Into<String>,
+        delivery_id: impl Into<String>,
+        body: DeliveryBody,
+    ) -> Self {
+        Self {
+            intake_id,
+            source: source.into(),
+            delivery_id: delivery_id.into(),
+            received_at: switchyard_router::now_millis(),
+            raw: None,
+            body,
+            cursor: None,
+        }
+    }
+
+    /// The `raw_ref` the stored original will have.
+    pub fn raw_ref(intake_id: Uuid) -> String {
+        format!("raw:{intake_id}")
+    }
+}
+
+/// The answer for one delivery: the JSON object of DESIGN.md section 4.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Answer {
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_by_run_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intake_id: Option<String>,
+    /// For a `duplicate`: the outcome the first copy got.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_outcome: Option<Outcome>,
+}
+
+impl Answer {
+    /// An answer with only an outcome and a detail (refusals decided before the store).
+    pub fn refused(outcome: Outcome, detail: impl Into<String>) -> Self {
+        Self {
+            outcome,
+            detail: Some(detail.into()),
+            run_id: None,
+            workflow_id: None,
+            held_by_run_id: None,
+            intake_id: None,
+            first_outcome: None,
+        }
+    }
+}
+
+/// The store could not commit the delivery; nothing was accepted and the sender should retry.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the store is unavailable: {0}")]
+pub struct StoreUnavailable(pub String);
+
+type Reply = oneshot::Sender<Result<Answer, StoreUnavailable>>;
+
+struct Pending {
+    delivery: Delivery,
+    reply: Reply,
+}
+
+/// The handle handlers submit deliveries through.
+#[derive(Debug, Clone)]
+pub struct Intake {
+    shards: Arc<[mpsc::Sender<Pending>]>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+/// Deliveries one writer may hold queued before senders wait: the backpressure bound.
+const QUEUE_DEPTH: usize = 4096;
+
+impl Intake {
+    /// Starts `writers` writer tasks on `db`.
+    pub fn start(db: DatabaseConnection, live: LiveConfig, writers: usize) -> Self {
+        let shards: Vec<_> = (0..writers.max(1))
+            .map(|_| {
+                let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+                tokio::spawn(writer::run(db.clone(), live.clone(), rx));
+                tx
+            })
+            .collect();
+        Self {
+            shards: shards.into(),
+            hasher: Default::default(),
+        }
+    }
+
+    /// Decides and durably records one delivery; answers after the commit.
+    pub async fn submit(&self, delivery: Delivery) -> Result<Answer, StoreUnavailable> {
+        let (reply, answer) = oneshot::channel();
+        let shard = &self.shards[self.shard_of(&delivery)];
+        shard
+            .send(Pending { delivery, reply })
+            .await
+            .map_err(|_| StoreUnavailable("the intake writer has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreUnavailable("the intake writer dropped the delivery".into()))?
+    }
+
+    /// Events on one entity go to one writer, so they never contend across writers; copies of
+    /// one delivery carry the same event and land together too.
+    fn shard_of(&self, delivery: &Delivery) -> usize {
+        if self.shards.len() == 1 {
+            return 0;
+        }
+        let mut hasher = self.hasher.build_hasher();
+        match &delivery.body {
+            DeliveryBody::Route(event) => {
+                (&event.tenant_id, &event.target_entity_id).hash(&mut hasher)
+            }
+            _ => (&delivery.source, &delivery.delivery_id).hash(&mut hasher),
+        }
+        (hasher.finish() % self.shards.len() as u64) as usize
+    }
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("delivery", &self.delivery).finish()
+    }
+}

@@ -1,0 +1,78 @@
+//! The config revision in force: the trigger index, workflows and sources every request reads.
+//! A reload swaps the whole revision at once, so a request sees one revision from start to end.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use switchyard_core::Workflow;
+use switchyard_router::TriggerIndex;
+
+use crate::config::{ResolvedSource, Settings};
+
+/// One config revision, ready to serve.
+#[derive(Debug)]
+pub struct Live {
+    pub settings: Settings,
+    pub index: TriggerIndex,
+    pub workflows: Vec<Workflow>,
+    /// Sources by (kind, name).
+    sources: HashMap<(&'static str, String), ResolvedSource>,
+}
+
+impl Live {
+    pub fn new(settings: Settings) -> Self {
+        let workflows = settings.loaded.workflows();
+        let index = TriggerIndex::build(settings.loaded.revision.clone(), &workflows);
+        let sources = settings
+            .loaded
+            .config
+            .sources
+            .iter()
+            .zip(&settings.sources)
+            .map(|(config, resolved)| ((config.kind(), config.name().to_owned()), resolved.clone()))
+            .collect();
+        Self {
+            settings,
+            index,
+            workflows,
+            sources,
+        }
+    }
+
+    pub fn revision(&self) -> &str {
+        self.index.revision()
+    }
+
+    /// The source of `kind` named `name`, if configured.
+    pub fn source(&self, kind: &'static str, name: &str) -> Option<&ResolvedSource> {
+        self.sources.get(&(kind, name.to_owned()))
+    }
+}
+
+/// A shared handle on the revision in force.
+#[derive(Debug, Clone)]
+pub struct LiveConfig(Arc<RwLock<Arc<Live>>>);
+
+impl LiveConfig {
+    pub fn new(live: Live) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(live))))
+    }
+
+    /// The revision in force now; hold the `Arc` for the length of one decision.
+    pub fn current(&self) -> Arc<Live> {
+        match self.0.read() {
+            Ok(guard) => guard.clone(),
+            // A panic while swapping cannot leave a half-written Arc; keep serving.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Puts a new revision in force.
+    pub fn replace(&self, live: Live) {
+        let live = Arc::new(live);
+        match self.0.write() {
+            Ok(mut guard) => *guard = live,
+            Err(poisoned) => *poisoned.into_inner() = live,
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! One row per authenticated delivery: the intake ledger.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Debug, Clone, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "intake")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub source: String,
+    pub delivery_id: String,
+    pub outcome: String,
+    pub detail: Option<String>,
+    pub channel: Option<String>,
+    pub event_type: Option<String>,
+    pub tenant_id: Option<String>,
+    pub target_entity_id: Option<String>,
+    /// The event's payload as JSON text.
+    pub payload: Option<String>,
+    pub raw_ref: Option<String>,
+    pub run_id: Option<String>,
+    pub workflow_id: Option<String>,
+    pub held_by_run_id: Option<String>,
+    pub config_revision: String,
+    pub received_at: i64,
+    pub decided_at: i64,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,7 @@
+//! sea-orm entities for the daemon's tables.
+
+pub mod intake;
+pub mod mailbox_cursor;
+pub mod poller_lease;
+pub mod raw_delivery;
+pub mod workflow;

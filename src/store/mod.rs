@@ -1,0 +1,65 @@
+//! The database: connecting (with SQLite's durability pragmas), migrating, and the entities the
+//! daemon owns (the intake ledger, raw deliveries, workflows, mailbox cursors, poller leases).
+//! Runs and entity locks belong to the router crate.
+
+pub mod entities;
+pub mod ledger;
+pub mod mailbox;
+pub mod workflows;
+
+use std::time::Duration;
+
+use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr};
+use sea_orm_migration::MigratorTrait;
+use switchyard_migrations::Migrator;
+
+use crate::config::{DatabaseConfig, Durability};
+
+/// Opens the pool. SQLite runs in WAL mode with `synchronous` per the configured durability,
+/// so a commit is on disk before any answer is sent.
+pub async fn connect(url: &str, config: &DatabaseConfig) -> Result<DatabaseConnection, DbErr> {
+    let is_sqlite = url.starts_with("sqlite:");
+    let mut options = ConnectOptions::new(url.to_owned());
+    options
+        .max_connections(
+            config
+                .max_connections
+                .unwrap_or(if is_sqlite { 4 } else { 16 }),
+        )
+        .min_connections(1)
+        .connect_timeout(Duration::from_secs(5))
+        .acquire_timeout(Duration::from_secs(5))
+        .sqlx_logging(false);
+    if is_sqlite {
+        let synchronous = match config.durability {
+            Durability::Full => SqliteSynchronous::Full,
+            Durability::Normal => SqliteSynchronous::Normal,
+        };
+        options.map_sqlx_sqlite_opts(move |opts: SqliteConnectOptions| {
+            opts.journal_mode(SqliteJournalMode::Wal)
+                .synchronous(synchronous)
+                .busy_timeout(Duration::from_secs(5))
+        });
+    }
+    Database::connect(options).await
+}
+
+/// Applies every pending migration.
+pub async fn migrate(db: &DatabaseConnection) -> Result<(), DbErr> {
+    Migrator::up(db, None).await
+}
+
+/// Whether the database answers: what `/readyz` reports.
+pub async fn ping(db: &DatabaseConnection) -> Result<(), DbErr> {
+    db.execute_unprepared("SELECT 1").await.map(|_| ())
+}
+
+/// How many intake writers commit in parallel: one on SQLite (a single-writer database),
+/// otherwise as configured.
+pub fn writer_count(db: &DatabaseConnection, config: &DatabaseConfig) -> usize {
+    match db.get_database_backend() {
+        DbBackend::Sqlite => 1,
+        _ => config.writers.unwrap_or(4),
+    }
+}
