@@ -30,12 +30,21 @@ impl Daemon {
             .await
             .with_context(|| format!("cannot open the database at {}", redact_url(&url)))?;
         if migrate {
-            store::migrate(&db).await.context("cannot migrate the database")?;
+            store::migrate(&db)
+                .await
+                .context("cannot migrate the database")?;
         }
         let live = Live::new(settings);
-        store::workflows::sync(&db, live.revision(), &live.workflows, switchyard_router::now_millis())
-            .await
-            .context("cannot record the workflows (is the database migrated? run `switchyard migrate`)")?;
+        store::workflows::sync(
+            &db,
+            live.revision(),
+            &live.workflows,
+            switchyard_router::now_millis(),
+        )
+        .await
+        .context(
+            "cannot record the workflows (is the database migrated? run `switchyard migrate`)",
+        )?;
         log_revision(&live);
         let writers = store::writer_count(&db, &database);
         let live = LiveConfig::new(live);
@@ -65,7 +74,9 @@ impl Daemon {
         if old.config.server.listen != new.config.server.listen
             || old.config.server.body_limit != new.config.server.body_limit
         {
-            tracing::warn!("server.listen or server.body_limit changed: they take effect at the next restart");
+            tracing::warn!(
+                "server.listen or server.body_limit changed: they take effect at the next restart"
+            );
         }
         let live = Live::new(settings);
         store::workflows::sync(
@@ -87,7 +98,15 @@ impl Daemon {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let body_limit = self.state.live.current().settings.loaded.config.server.body_limit;
+        let body_limit = self
+            .state
+            .live
+            .current()
+            .settings
+            .loaded
+            .config
+            .server
+            .body_limit;
         let addr = listener.local_addr().context("listener has no address")?;
         let app = http::router(self.state.clone(), body_limit);
         tracing::info!(%addr, "listening");
@@ -106,7 +125,10 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    Daemon::start(settings, true).await?.serve(listener, shutdown).await
+    Daemon::start(settings, true)
+        .await?
+        .serve(listener, shutdown)
+        .await
 }
 
 fn log_revision(live: &Live) {

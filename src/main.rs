@@ -1,5 +1,6 @@
 //! The `switchyard` command line: parses arguments and runs one of the commands in the library.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,7 +12,13 @@ use tracing_subscriber::EnvFilter;
 #[command(version, about)]
 struct Cli {
     /// Log line format.
-    #[arg(long, value_enum, default_value = "text", global = true, env = "SWITCHYARD_LOG_FORMAT")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        global = true,
+        env = "SWITCHYARD_LOG_FORMAT"
+    )]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -57,6 +64,7 @@ fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -57,13 +57,14 @@ impl TriggerIndex {
             let workflow_id: Arc<str> = Arc::from(workflow.id.as_str());
             for trigger in &workflow.triggers {
                 let candidates = grouped
-                    .entry(key(&workflow.tenant_id, trigger.channel, &trigger.event_type))
+                    .entry(key(
+                        &workflow.tenant_id,
+                        trigger.channel,
+                        &trigger.event_type,
+                    ))
                     .or_default();
                 // One workflow listing the same trigger twice keeps its highest priority.
-                match candidates
-                    .iter_mut()
-                    .find(|c| c.workflow_id == workflow_id)
-                {
+                match candidates.iter_mut().find(|c| c.workflow_id == workflow_id) {
                     Some(existing) => existing.priority = existing.priority.max(trigger.priority),
                     None => candidates.push(Candidate {
                         workflow_id: workflow_id.clone(),
@@ -158,7 +159,12 @@ mod tests {
     use super::*;
     use switchyard_core::Trigger;
 
-    fn workflow(id: &str, tenant: &str, status: WorkflowStatus, triggers: &[(&str, i32)]) -> Workflow {
+    fn workflow(
+        id: &str,
+        tenant: &str,
+        status: WorkflowStatus,
+        triggers: &[(&str, i32)],
+    ) -> Workflow {
         Workflow {
             id: id.into(),
             tenant_id: tenant.into(),
@@ -181,9 +187,19 @@ mod tests {
         use WorkflowStatus::*;
         let workflows = [
             workflow("triage", "acme", Live, &[("ticket.created", 100)]),
-            workflow("tagging", "acme", Live, &[("ticket.created", 50), ("ticket.updated", 10)]),
+            workflow(
+                "tagging",
+                "acme",
+                Live,
+                &[("ticket.created", 50), ("ticket.updated", 10)],
+            ),
             workflow("experimental", "acme", Draft, &[("ticket.created", 1000)]),
-            workflow("retired", "acme", Disabled, &[("ticket.created", 2000), ("ticket.solved", 5)]),
+            workflow(
+                "retired",
+                "acme",
+                Disabled,
+                &[("ticket.created", 2000), ("ticket.solved", 5)],
+            ),
             workflow("other-tenant", "globex", Live, &[("ticket.created", 500)]),
             workflow("b-tied", "acme", Live, &[("ticket.merged", 7)]),
             workflow("a-tied", "acme", Live, &[("ticket.merged", 7)]),

@@ -100,7 +100,9 @@ impl LockBatch {
             );
         }
         for row in rows {
-            if let Some(slot) = slots.get_mut(&(row.tenant_id.clone(), row.target_entity_id.clone())) {
+            if let Some(slot) =
+                slots.get_mut(&(row.tenant_id.clone(), row.target_entity_id.clone()))
+            {
                 slot.current = Some(row.clone());
                 slot.stored = Some(row);
             }

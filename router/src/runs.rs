@@ -1,9 +1,9 @@
 //! The run lifecycle after routing: heartbeat (extend the lease), finish (release it), reads.
 
 use sea_orm::{
-    ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, IsolationLevel, QueryFilter, QueryOrder, QuerySelect, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend,
+    DbErr, EntityTrait, IsolationLevel, QueryFilter, QueryOrder, QuerySelect,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
 use crate::Millis;
@@ -73,7 +73,11 @@ fn lease_of(run: &run::Model) -> Condition {
 }
 
 /// Extends a queued run's lease by its workflow's lock TTL from `now`.
-pub async fn heartbeat(db: &DatabaseConnection, run_id: &str, now: Millis) -> Result<Lease, RunError> {
+pub async fn heartbeat(
+    db: &DatabaseConnection,
+    run_id: &str,
+    now: Millis,
+) -> Result<Lease, RunError> {
     let txn = begin_write(db).await?;
     let run = queued_run(&txn, run_id).await?;
     let expires_at = now.saturating_add(run.lock_ttl_ms);
@@ -144,7 +148,9 @@ pub async fn list<C: ConnectionTrait>(
     status: Option<RunStatus>,
     limit: u64,
 ) -> Result<Vec<run::Model>, DbErr> {
-    let mut query = run::Entity::find().order_by_desc(run::Column::Id).limit(limit);
+    let mut query = run::Entity::find()
+        .order_by_desc(run::Column::Id)
+        .limit(limit);
     if let Some(tenant_id) = tenant_id {
         query = query.filter(run::Column::TenantId.eq(tenant_id));
     }

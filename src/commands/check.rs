@@ -68,7 +68,12 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
             WorkflowStatus::Disabled => {}
             WorkflowStatus::Live => {
                 for trigger in &workflow.triggers {
-                    if let Some(why) = unproducible(config, &workflow.tenant_id, trigger.channel, &trigger.event_type) {
+                    if let Some(why) = unproducible(
+                        config,
+                        &workflow.tenant_id,
+                        trigger.channel,
+                        &trigger.event_type,
+                    ) {
                         report.warnings.push(format!(
                             "live workflow `{}` triggers on ({}, {}), but {why}",
                             workflow.id, trigger.channel, trigger.event_type
@@ -90,7 +95,9 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
             ));
         }
         if let Err(error) = source.resolve(env) {
-            report.errors.push(format!("{error}: `serve` would refuse to start"));
+            report
+                .errors
+                .push(format!("{error}: `serve` would refuse to start"));
         }
     }
     if env(&config.server.api_token_env).is_none() {
@@ -117,12 +124,20 @@ fn unproducible(
             s.teams.values().any(|t| t == tenant)
                 && matches!(
                     event_type,
-                    "message" | "urgent_message" | "app_mention" | "message_changed" | "message_deleted"
+                    "message"
+                        | "urgent_message"
+                        | "app_mention"
+                        | "message_changed"
+                        | "message_deleted"
                 )
         }
         (SourceConfig::Email(s), Channel::Email) => {
             s.tenant == tenant
-                && [switchyard_email::EVENT_RECEIVED, switchyard_email::EVENT_REPLY].contains(&event_type)
+                && [
+                    switchyard_email::EVENT_RECEIVED,
+                    switchyard_email::EVENT_REPLY,
+                ]
+                .contains(&event_type)
         }
         _ => false,
     };

@@ -58,7 +58,10 @@ pub async fn route(config_path: &Path, event_path: &Path) -> anyhow::Result<()> 
         );
     }
     let Some(winner) = candidates.first() else {
-        println!("outcome: no_trigger_match (no live workflow of tenant `{}` triggers on this)", event.tenant_id);
+        println!(
+            "outcome: no_trigger_match (no live workflow of tenant `{}` triggers on this)",
+            event.tenant_id
+        );
         return Ok(());
     };
     for (rank, candidate) in candidates.iter().enumerate() {
@@ -70,7 +73,10 @@ pub async fn route(config_path: &Path, event_path: &Path) -> anyhow::Result<()> 
             candidate.priority
         );
     }
-    if candidates.get(1).is_some_and(|c| c.priority == winner.priority) {
+    if candidates
+        .get(1)
+        .is_some_and(|c| c.priority == winner.priority)
+    {
         println!("  note: a priority tie, broken by workflow id");
     }
 

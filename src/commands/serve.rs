@@ -70,8 +70,16 @@ pub async fn migrate(config_path: PathBuf) -> anyhow::Result<()> {
     let url = loaded.database_url();
     let db = store::connect(&url, &loaded.config.database)
         .await
-        .with_context(|| format!("cannot open the database at {}", crate::daemon::redact_url(&url)))?;
+        .with_context(|| {
+            format!(
+                "cannot open the database at {}",
+                crate::daemon::redact_url(&url)
+            )
+        })?;
     store::migrate(&db).await.context("migration failed")?;
-    println!("database at {} is up to date", crate::daemon::redact_url(&url));
+    println!(
+        "database at {} is up to date",
+        crate::daemon::redact_url(&url)
+    );
     Ok(())
 }

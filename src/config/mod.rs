@@ -197,7 +197,10 @@ impl Config {
         let mut workflow_ids = HashSet::new();
         for workflow in &self.workflows {
             if !workflow_ids.insert(workflow.id.as_str()) {
-                problems.push(format!("workflow `{}` is defined more than once", workflow.id));
+                problems.push(format!(
+                    "workflow `{}` is defined more than once",
+                    workflow.id
+                ));
             }
             problems.extend(workflow.problems());
         }

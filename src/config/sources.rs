@@ -99,7 +99,9 @@ impl std::fmt::Debug for ResolvedSource {
     // Secrets never reach logs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ResolvedSource::Webhook { config, .. } => f.debug_tuple("Webhook").field(config).finish(),
+            ResolvedSource::Webhook { config, .. } => {
+                f.debug_tuple("Webhook").field(config).finish()
+            }
             ResolvedSource::Slack { config, .. } => f.debug_tuple("Slack").field(config).finish(),
             ResolvedSource::Email { config, .. } => f.debug_tuple("Email").field(config).finish(),
         }

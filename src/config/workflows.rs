@@ -53,7 +53,9 @@ impl WorkflowConfig {
             }
         }
         if self.lock_ttl == Some(Duration::ZERO) {
-            problems.push(format!("workflow `{id}`: `lock_ttl` must be longer than 0s"));
+            problems.push(format!(
+                "workflow `{id}`: `lock_ttl` must be longer than 0s"
+            ));
         }
         if self.status == WorkflowStatus::Live && self.triggers.is_empty() {
             problems.push(format!("workflow `{id}` is live but has no triggers"));

@@ -47,6 +47,10 @@ impl IntoResponse for ApiError {
                     .into_response();
             }
         };
-        (status, Json(json!({"error": error, "detail": self.to_string()}))).into_response()
+        (
+            status,
+            Json(json!({"error": error, "detail": self.to_string()})),
+        )
+            .into_response()
     }
 }

@@ -48,12 +48,15 @@ async fn post_event(
         Ok(body) => body,
         Err(error) => return error.into_response(),
     };
-    let invalid = |detail: String| intake_answer::refuse(Outcome::InvalidEvent, detail, Style::Standard);
+    let invalid =
+        |detail: String| intake_answer::refuse(Outcome::InvalidEvent, detail, Style::Standard);
     let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
         return invalid("missing `Idempotency-Key` header: it is the delivery id".into());
     };
     if key.trim().is_empty() || key.len() > MAX_ID_LEN {
-        return invalid(format!("`Idempotency-Key` must be 1 to {MAX_ID_LEN} characters"));
+        return invalid(format!(
+            "`Idempotency-Key` must be 1 to {MAX_ID_LEN} characters"
+        ));
     }
     let request: EventRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,

@@ -58,7 +58,14 @@ pub fn body(result: Result<Bytes, BytesRejection>, state: &AppState) -> Result<B
     result.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::TooLarge {
-                limit: state.live.current().settings.loaded.config.server.body_limit,
+                limit: state
+                    .live
+                    .current()
+                    .settings
+                    .loaded
+                    .config
+                    .server
+                    .body_limit,
             }
         } else {
             ApiError::BadRequest(rejection.body_text())

@@ -78,14 +78,20 @@ async fn list_runs(
     Ok(Json(json!({ "runs": runs })))
 }
 
-async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<RunView>, ApiError> {
+async fn get_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<RunView>, ApiError> {
     lifecycle::get(&state.db, &id)
         .await?
         .map(|run| Json(RunView::from(run)))
         .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))
 }
 
-async fn heartbeat(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn heartbeat(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let lease = lifecycle::heartbeat(&state.db, &id, now_millis())
         .await
         .map_err(run_error)?;

@@ -48,7 +48,10 @@ pub enum DeliveryBody {
     /// Route this event.
     Route(Event),
     /// Excluded by rule; recorded as `ineligible`.
-    Ineligible { detail: String, event: Option<Event> },
+    Ineligible {
+        detail: String,
+        event: Option<Event>,
+    },
     /// Authenticated but not normalisable; recorded as `invalid_event`.
     Invalid { detail: String },
 }
@@ -72,7 +75,7 @@ impl Delivery {
         Self {
             intake_id,
             source: source.into(),
-            delivery_id: delivery_id.into(),
+            delivery_id: bounded_delivery_id(delivery_id.into()),
             received_at: switchyard_router::now_millis(),
             raw: None,
             body,
@@ -83,6 +86,35 @@ impl Delivery {
     /// The `raw_ref` the stored original will have.
     pub fn raw_ref(intake_id: Uuid) -> String {
         format!("raw:{intake_id}")
+    }
+}
+
+/// Longest delivery id stored as given; longer ones (a pathological Message-ID, say) are
+/// stored as their digest, which identifies them just as well.
+const MAX_DELIVERY_ID_LEN: usize = 255;
+
+fn bounded_delivery_id(id: String) -> String {
+    if id.len() <= MAX_DELIVERY_ID_LEN {
+        id
+    } else {
+        digest_id(id.as_bytes())
+    }
+}
+
+/// `sha256:<hex>` of some bytes: the delivery id of a delivery that names none.
+pub fn digest_id(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+impl From<switchyard_core::Disposition> for DeliveryBody {
+    fn from(disposition: switchyard_core::Disposition) -> Self {
+        match disposition {
+            switchyard_core::Disposition::Route(event) => DeliveryBody::Route(event),
+            switchyard_core::Disposition::Ineligible { detail, event } => {
+                DeliveryBody::Ineligible { detail, event }
+            }
+        }
     }
 }
 
@@ -190,6 +222,8 @@ impl Intake {
 
 impl std::fmt::Debug for Pending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pending").field("delivery", &self.delivery).finish()
+        f.debug_struct("Pending")
+            .field("delivery", &self.delivery)
+            .finish()
     }
 }

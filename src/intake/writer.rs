@@ -21,7 +21,11 @@ const MAX_BATCH: usize = 256;
 const ATTEMPTS: u32 = 5;
 
 /// Runs until every sender is gone.
-pub(super) async fn run(db: DatabaseConnection, live: LiveConfig, mut queue: mpsc::Receiver<Pending>) {
+pub(super) async fn run(
+    db: DatabaseConnection,
+    live: LiveConfig,
+    mut queue: mpsc::Receiver<Pending>,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let revision = live.current();
@@ -80,9 +84,16 @@ fn is_lost_race(error: &DbErr) -> bool {
         return true;
     }
     let text = error.to_string().to_ascii_lowercase();
-    ["deadlock", "40001", "40p01", "serialize", "database is locked", "lock wait timeout"]
-        .iter()
-        .any(|needle| text.contains(needle))
+    [
+        "deadlock",
+        "40001",
+        "40p01",
+        "serialize",
+        "database is locked",
+        "lock wait timeout",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
 }
 
 fn is_connection_error(error: &DbErr) -> bool {
@@ -126,14 +137,16 @@ async fn commit_batch(
             _ => None,
         })
         .collect();
-    let lock_keys = deliveries.iter().zip(&choices).filter_map(|(d, choice)| {
-        match (&d.body, choice) {
-            (DeliveryBody::Route(event), Some(_)) => {
-                Some((event.tenant_id.clone(), event.target_entity_id.clone()))
-            }
-            _ => None,
-        }
-    });
+    let lock_keys =
+        deliveries
+            .iter()
+            .zip(&choices)
+            .filter_map(|(d, choice)| match (&d.body, choice) {
+                (DeliveryBody::Route(event), Some(_)) => {
+                    Some((event.tenant_id.clone(), event.target_entity_id.clone()))
+                }
+                _ => None,
+            });
     let mut locks = LockBatch::load(&txn, lock_keys, now).await?;
 
     let mut answers = Vec::with_capacity(deliveries.len());
@@ -213,13 +226,16 @@ async fn commit_batch(
     if !cursors.is_empty() {
         mailbox_cursor::Entity::insert_many(cursors.into_values())
             .on_conflict(
-                OnConflict::columns([mailbox_cursor::Column::Source, mailbox_cursor::Column::Mailbox])
-                    .update_columns([
-                        mailbox_cursor::Column::Uidvalidity,
-                        mailbox_cursor::Column::LastUid,
-                        mailbox_cursor::Column::UpdatedAt,
-                    ])
-                    .to_owned(),
+                OnConflict::columns([
+                    mailbox_cursor::Column::Source,
+                    mailbox_cursor::Column::Mailbox,
+                ])
+                .update_columns([
+                    mailbox_cursor::Column::Uidvalidity,
+                    mailbox_cursor::Column::LastUid,
+                    mailbox_cursor::Column::UpdatedAt,
+                ])
+                .to_owned(),
             )
             .exec_without_returning(&txn)
             .await?;
@@ -297,9 +313,12 @@ fn ledger_row(
         tenant_id: event.map(|e| e.tenant_id.clone()),
         target_entity_id: event.map(|e| e.target_entity_id.clone()),
         payload: event.map(|e| e.payload.to_string()),
-        raw_ref: event
-            .map(|e| e.raw_ref.clone())
-            .or_else(|| delivery.raw.as_ref().map(|_| Delivery::raw_ref(delivery.intake_id))),
+        raw_ref: event.map(|e| e.raw_ref.clone()).or_else(|| {
+            delivery
+                .raw
+                .as_ref()
+                .map(|_| Delivery::raw_ref(delivery.intake_id))
+        }),
         run_id: fields.run_id,
         workflow_id: fields.workflow_id,
         held_by_run_id: fields.held_by_run_id,

@@ -55,6 +55,9 @@ pub async fn existing_deliveries<C: ConnectionTrait>(
 }
 
 /// One stored original delivery.
-pub async fn raw<C: ConnectionTrait>(db: &C, id: &str) -> Result<Option<raw_delivery::Model>, DbErr> {
+pub async fn raw<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+) -> Result<Option<raw_delivery::Model>, DbErr> {
     raw_delivery::Entity::find_by_id(id).one(db).await
 }

@@ -1,0 +1,12 @@
+//! End-to-end tests: they start the built `switchyard` binary on a real database (SQLite,
+//! PostgreSQL, MariaDB) and drive it over HTTP (and IMAP) as a user's systems would.
+
+mod e2e {
+    pub mod harness;
+
+    mod cli;
+    mod concurrency;
+    mod leases;
+    mod reload;
+    mod spine;
+}

@@ -1,0 +1,198 @@
+//! The command line: `check` on good and bad files, `route` as a dry run, `migrate`.
+
+use std::process::Command;
+
+use super::harness::{Backend, Daemon, TestDb, binary, config, event};
+use super::spine::WORKED_EXAMPLE;
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let mut command = Command::new(binary());
+    command.args(args).env_remove("SWITCHYARD_API_TOKEN");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = command.output().expect("run switchyard");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+fn example() -> String {
+    format!("{}/examples/switchyard.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn check_accepts_the_example_and_warns_about_its_draft() {
+    let (ok, out) = run(
+        &["check", "--config", &example()],
+        &[
+            ("SWITCHYARD_API_TOKEN", "t"),
+            ("ZENDESK_ACME_SECRET", "s"),
+            ("SLACK_SIGNING_SECRET", "s"),
+            ("SUPPORT_IMAP_PASSWORD", "s"),
+        ],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("is a draft"), "{out}");
+    assert!(out.contains("OK"), "{out}");
+}
+
+#[test]
+fn check_refuses_typos_naming_the_line_and_unset_secrets() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:0\"\nlisen = 1\n").expect("write");
+    let (ok, out) = run(
+        &["check", "--config", path.to_str().unwrap_or_default()],
+        &[],
+    );
+    assert!(!ok);
+    assert!(
+        out.contains("unknown field `lisen`") && out.contains("line 3"),
+        "{out}"
+    );
+
+    std::fs::write(&path, WORKED_EXAMPLE).expect("write");
+    let (ok, out) = run(
+        &["check", "--config", path.to_str().unwrap_or_default()],
+        &[],
+    );
+    assert!(!ok, "no API token set: serve would refuse to start");
+    assert!(out.contains("SWITCHYARD_API_TOKEN"), "{out}");
+
+    let duplicate = format!(
+        "{WORKED_EXAMPLE}\n[[workflow]]\nid = \"triage\"\ntenant = \"x\"\nstatus = \"draft\"\ntriggers = []\n"
+    );
+    std::fs::write(&path, duplicate).expect("write");
+    let (ok, out) = run(
+        &["check", "--config", path.to_str().unwrap_or_default()],
+        &[("SWITCHYARD_API_TOKEN", "t")],
+    );
+    assert!(!ok);
+    assert!(
+        out.contains("workflow `triage` is defined more than once"),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_warns_about_ties_and_triggers_no_source_produces() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("ties.toml");
+    std::fs::write(
+        &path,
+        r#"
+[[workflow]]
+id = "b"
+tenant = "acme"
+status = "live"
+triggers = [ { channel = "chat", event_type = "x", priority = 7 } ]
+
+[[workflow]]
+id = "a"
+tenant = "acme"
+status = "live"
+triggers = [ { channel = "chat", event_type = "x", priority = 7 }, { channel = "slack", event_type = "message", priority = 1 } ]
+"#,
+    )
+    .expect("write");
+    let (ok, out) = run(
+        &["check", "--config", path.to_str().unwrap_or_default()],
+        &[("SWITCHYARD_API_TOKEN", "t")],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("priority tie: workflows a, b"), "{out}");
+    assert!(out.contains("`a` wins"), "{out}");
+    assert!(
+        out.contains("no configured slack source of tenant `acme`"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn route_explains_the_choice_and_sees_a_held_lock_without_writing() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let text = config(&db, WORKED_EXAMPLE);
+    let config_path = db.dir.path().join("route.toml");
+    std::fs::write(&config_path, &text).expect("write");
+    let event_path = db.dir.path().join("event.json");
+    std::fs::write(
+        &event_path,
+        event("webhook", "ticket.created", "acme", "TCK-5510").to_string(),
+    )
+    .expect("write");
+    let args = [
+        "route",
+        "--config",
+        config_path.to_str().unwrap_or_default(),
+        "--event",
+        event_path.to_str().unwrap_or_default(),
+    ];
+
+    // Before any database exists: explains the choice and creates no file.
+    let (ok, out) = run(&args, &[]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("1. `triage` at priority 100  <- wins"),
+        "{out}"
+    );
+    assert!(out.contains("2. `tagging` at priority 50"), "{out}");
+    assert!(out.contains("ignored: `experimental` is draft"), "{out}");
+    assert!(
+        !db.dir.path().join("switchyard.db").exists(),
+        "a dry run writes nothing"
+    );
+
+    let daemon = Daemon::start_with_file(&config_path, &[]).await;
+    let (_, routed) = daemon
+        .post_event(
+            "r1",
+            &event("webhook", "ticket.created", "acme", "TCK-5510"),
+        )
+        .await;
+    let run_id = routed["run_id"].as_str().expect("routed").to_owned();
+    let (ok, out) = run(&args, &[]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "outcome: entity_locked (`triage` would be chosen, but run {run_id} holds TCK-5510"
+        )),
+        "{out}"
+    );
+    assert_eq!(daemon.intake("").await.len(), 1, "route recorded nothing");
+
+    std::fs::write(
+        &event_path,
+        event("webhook", "ticket.exploded", "acme", "X").to_string(),
+    )
+    .expect("write");
+    let (_, out) = run(&args, &[]);
+    assert!(out.contains("outcome: no_trigger_match"), "{out}");
+    daemon.stop();
+}
+
+#[tokio::test]
+async fn migrate_then_serve_without_migrating() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let path = db.dir.path().join("m.toml");
+    std::fs::write(&path, config(&db, WORKED_EXAMPLE)).expect("write");
+    let (ok, out) = run(
+        &["migrate", "--config", path.to_str().unwrap_or_default()],
+        &[],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("up to date"), "{out}");
+    let daemon = Daemon::start_with_file(&path, &[]).await;
+    let (_, routed) = daemon
+        .post_event("m", &event("webhook", "ticket.created", "acme", "M"))
+        .await;
+    assert_eq!(routed["outcome"], "routed");
+    daemon.stop();
+}

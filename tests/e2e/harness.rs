@@ -1,0 +1,381 @@
+//! Test harness: throwaway databases on every backend, and the daemon as a child process.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use sea_orm::{ConnectionTrait, Database};
+use serde_json::{Value, json};
+
+/// The bearer token every test daemon is started with.
+pub const TOKEN: &str = "test-token";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 3] = [Backend::Sqlite, Backend::Postgres, Backend::MySql];
+
+    /// Where the shared server is; `SWITCHYARD_TEST_POSTGRES` / `SWITCHYARD_TEST_MYSQL` override.
+    fn server_url(self) -> Option<String> {
+        match self {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(
+                std::env::var("SWITCHYARD_TEST_POSTGRES")
+                    .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into()),
+            ),
+            Backend::MySql => Some(
+                std::env::var("SWITCHYARD_TEST_MYSQL")
+                    .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into()),
+            ),
+        }
+    }
+
+    fn admin_db(self) -> &'static str {
+        match self {
+            Backend::Postgres => "test",
+            Backend::MySql => "test",
+            Backend::Sqlite => "",
+        }
+    }
+}
+
+/// True under CI, where a missing database or IMAP server is a failure, never a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// A fresh, empty database for one test.
+#[derive(Debug)]
+pub struct TestDb {
+    pub backend: Backend,
+    pub url: String,
+    name: Option<String>,
+    pub dir: Arc<tempfile::TempDir>,
+}
+
+impl TestDb {
+    /// A new database on `backend`, or `None` (with a visible message) when its server is not
+    /// running and this is not CI.
+    pub async fn create(backend: Backend) -> Option<TestDb> {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let Some(server) = backend.server_url() else {
+            let url = format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("switchyard.db").display()
+            );
+            return Some(TestDb {
+                backend,
+                url,
+                name: None,
+                dir,
+            });
+        };
+        let admin_url = format!("{server}/{}", backend.admin_db());
+        let admin = match Database::connect(&admin_url).await {
+            Ok(admin) => admin,
+            Err(error) => {
+                assert!(
+                    !in_ci(),
+                    "CI=true but {backend:?} is not reachable at {admin_url}: {error}"
+                );
+                eprintln!(
+                    "SKIPPED on {backend:?}: no server at {admin_url} ({error}); set CI=true to make this a failure"
+                );
+                return None;
+            }
+        };
+        let name = format!("sy_{}", uuid::Uuid::now_v7().simple());
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+        Some(TestDb {
+            backend,
+            url: format!("{server}/{name}"),
+            name: Some(name),
+            dir,
+        })
+    }
+
+    /// Every backend that is available here (SQLite always).
+    pub async fn all() -> Vec<TestDb> {
+        let mut dbs = Vec::new();
+        for backend in Backend::ALL {
+            if let Some(db) = TestDb::create(backend).await {
+                dbs.push(db);
+            }
+        }
+        dbs
+    }
+
+    /// Drops the database (SQLite: the temp dir goes with the value).
+    pub async fn drop_database(self) {
+        if let (Some(name), Some(server)) = (&self.name, self.backend.server_url()) {
+            let admin_url = format!("{server}/{}", self.backend.admin_db());
+            if let Ok(admin) = Database::connect(&admin_url).await {
+                let force = if self.backend == Backend::Postgres {
+                    " WITH (FORCE)"
+                } else {
+                    ""
+                };
+                let _ = admin
+                    .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}{force}"))
+                    .await;
+            }
+        }
+    }
+
+    /// The `[database]` table for a config using this database.
+    pub fn config_section(&self) -> String {
+        format!("[database]\nurl = \"{}\"\n", self.url)
+    }
+}
+
+/// The daemon binary running as a child process.
+#[derive(Debug)]
+pub struct Daemon {
+    child: Child,
+    pub addr: SocketAddr,
+    pub config_path: PathBuf,
+    logs: Arc<Mutex<Vec<String>>>,
+    client: reqwest::Client,
+}
+
+/// Config text for a daemon on `db` with extra tables (workflows, sources) appended.
+pub fn config(db: &TestDb, rest: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\napi_token_env = \"SWITCHYARD_API_TOKEN\"\n\n{}\n{rest}",
+        db.config_section()
+    )
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_switchyard")
+}
+
+impl Daemon {
+    /// Writes `config_text` to a new file in `db`'s folder and starts `switchyard serve` on it.
+    pub async fn start(db: &TestDb, config_text: &str, env: &[(&str, &str)]) -> Daemon {
+        let config_path = db
+            .dir
+            .path()
+            .join(format!("switchyard-{}.toml", uuid::Uuid::now_v7().simple()));
+        std::fs::write(&config_path, config_text).expect("write config");
+        Daemon::start_with_file(&config_path, env).await
+    }
+
+    pub async fn start_with_file(config_path: &Path, env: &[(&str, &str)]) -> Daemon {
+        let mut command = Command::new(binary());
+        command
+            .args(["serve", "--config"])
+            .arg(config_path)
+            .env("SWITCHYARD_API_TOKEN", TOKEN)
+            .env("SWITCHYARD_LOG_FORMAT", "json")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn switchyard");
+        let stderr = child.stderr.take().expect("stderr");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().expect("logs").push(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let addr = loop {
+            if let Some(addr) = listening_addr(&logs.lock().expect("logs")) {
+                break addr;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "switchyard exited with {status} before listening:\n{}",
+                    logs.lock().expect("logs").join("\n")
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "switchyard did not start in 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        Daemon {
+            child,
+            addr,
+            config_path: config_path.to_owned(),
+            logs,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().expect("logs").join("\n")
+    }
+
+    /// Waits until a log line contains `needle`.
+    pub async fn wait_for_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self
+                .logs
+                .lock()
+                .expect("logs")
+                .iter()
+                .any(|l| l.contains(needle))
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// `POST /v1/events` with the token and an idempotency key.
+    pub async fn post_event(&self, key: &str, event: &Value) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .post(self.url("/v1/events"))
+            .bearer_auth(TOKEN)
+            .header("Idempotency-Key", key)
+            .json(event)
+            .send()
+            .await
+            .expect("POST /v1/events");
+        read(response).await
+    }
+
+    /// An authenticated GET, answered 200 with JSON.
+    pub async fn get(&self, path: &str) -> Value {
+        let (status, body) = self.get_status(path).await;
+        assert_eq!(status, StatusCode::OK, "GET {path}: {body}");
+        body
+    }
+
+    pub async fn get_status(&self, path: &str) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .get(self.url(path))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("GET");
+        read(response).await
+    }
+
+    /// An authenticated POST with a JSON body.
+    pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .post(self.url(path))
+            .bearer_auth(TOKEN)
+            .json(body)
+            .send()
+            .await
+            .expect("POST");
+        read(response).await
+    }
+
+    /// A raw request builder for tests that shape their own request.
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    /// The ledger, newest first.
+    pub async fn intake(&self, query: &str) -> Vec<Value> {
+        self.get(&format!("/v1/intake?{query}")).await["intake"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub async fn runs(&self, query: &str) -> Vec<Value> {
+        self.get(&format!("/v1/runs?{query}")).await["runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Finishes a run with `status`.
+    pub async fn finish(&self, run_id: &str, status: &str) -> (StatusCode, Value) {
+        self.post(
+            &format!("/v1/runs/{run_id}/finish"),
+            &json!({"status": status}),
+        )
+        .await
+    }
+
+    /// Rewrites the config file and sends SIGHUP.
+    pub fn reload(&self, config_text: &str) {
+        std::fs::write(&self.config_path, config_text).expect("rewrite config");
+        let status = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .expect("kill -HUP");
+        assert!(status.success());
+    }
+
+    /// Stops the daemon with SIGTERM and waits for it.
+    pub fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn listening_addr(lines: &[String]) -> Option<SocketAddr> {
+    lines.iter().find_map(|line| {
+        let value: Value = serde_json::from_str(line).ok()?;
+        (value["fields"]["message"] == "listening")
+            .then(|| value["fields"]["addr"].as_str()?.parse().ok())
+            .flatten()
+    })
+}
+
+pub async fn read(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, body)
+}
+
+/// A canonical event on `channel`.
+pub fn event(channel: &str, event_type: &str, tenant: &str, entity: &str) -> Value {
+    json!({
+        "channel": channel,
+        "event_type": event_type,
+        "tenant_id": tenant,
+        "target_entity_id": entity,
+        "payload": {"subject": "Printer on fire"},
+    })
+}
+
+/// A unique delivery/entity id for one test.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
+}
