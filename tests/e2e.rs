@@ -8,5 +8,7 @@ mod e2e {
     mod concurrency;
     mod leases;
     mod reload;
+    mod slack;
     mod spine;
+    mod webhook;
 }

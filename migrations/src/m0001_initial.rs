@@ -59,6 +59,7 @@ impl MigrationTrait for Migration {
                     .col(string_len_null("run_id", ID_LEN))
                     .col(string_len_null("workflow_id", KEY_LEN))
                     .col(string_len_null("held_by_run_id", ID_LEN))
+                    .col(string_len_null("message_key", KEY_LEN))
                     .col(string_len("config_revision", 64))
                     .col(big_integer("received_at"))
                     .col(big_integer("decided_at"))
@@ -72,6 +73,19 @@ impl MigrationTrait for Migration {
                     .table("intake")
                     .col("source")
                     .col("delivery_id")
+                    .unique()
+                    .to_owned(),
+            )
+            .await?;
+        // A message that reaches us as several events (Slack's `message` and `app_mention`)
+        // is claimed by the first that routes; NULLs (everything else) never collide.
+        manager
+            .create_index(
+                Index::create()
+                    .name("intake_source_message_key")
+                    .table("intake")
+                    .col("source")
+                    .col("message_key")
                     .unique()
                     .to_owned(),
             )

@@ -6,7 +6,7 @@ mod auth;
 mod error;
 mod events;
 mod health;
-// mod ingest_slack;
+mod ingest_slack;
 mod ingest_webhook;
 mod intake_answer;
 mod runs;
@@ -46,7 +46,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
     Router::new()
         .merge(admin)
         .merge(ingest_webhook::router())
-        // .merge(ingest_slack::router())
+        .merge(ingest_slack::router())
         .merge(health::router())
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)

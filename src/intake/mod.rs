@@ -33,6 +33,10 @@ pub struct Delivery {
     pub body: DeliveryBody,
     /// For mailbox deliveries: the cursor to advance in the same transaction.
     pub cursor: Option<CursorAdvance>,
+    /// The identity of the message this delivery is about, when the same message can arrive
+    /// as several deliveries (Slack's `message` and `app_mention`): the first delivery that
+    /// routes claims it, and later ones are `duplicate`s of that one.
+    pub message_key: Option<String>,
 }
 
 /// Original bytes of a delivery.
@@ -80,6 +84,7 @@ impl Delivery {
             raw: None,
             body,
             cursor: None,
+            message_key: None,
         }
     }
 

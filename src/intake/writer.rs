@@ -126,6 +126,15 @@ async fn commit_batch(
         .map(|d| (d.source.as_str(), d.delivery_id.as_str()))
         .collect();
     let mut seen = ledger::existing_deliveries(&txn, &keys).await?;
+    let message_keys: Vec<(&str, &str)> = deliveries
+        .iter()
+        .filter_map(|d| Some((d.source.as_str(), d.message_key.as_deref()?)))
+        .collect();
+    let mut claimed = if message_keys.is_empty() {
+        HashMap::new()
+    } else {
+        ledger::claimed_messages(&txn, &message_keys).await?
+    };
 
     let choices: Vec<_> = deliveries
         .iter()
@@ -171,8 +180,16 @@ async fn commit_batch(
             answers.push(duplicate_of(first));
             continue;
         }
+        let message_key = delivery
+            .message_key
+            .as_ref()
+            .map(|message| (delivery.source.clone(), message.clone()));
+        if let Some(first) = message_key.as_ref().and_then(|k| claimed.get(k)) {
+            answers.push(duplicate_of(first));
+            continue;
+        }
         let intake_id = delivery.intake_id.to_string();
-        let row = match &delivery.body {
+        let mut row = match &delivery.body {
             DeliveryBody::Route(event) => {
                 let decision = locks.route(
                     &event.tenant_id,
@@ -197,6 +214,12 @@ async fn commit_batch(
                 now,
             ),
         };
+        if row.outcome == Outcome::Routed.as_str()
+            && let Some(message_key) = message_key
+        {
+            row.message_key = Some(message_key.1.clone());
+            claimed.insert(message_key, row.clone());
+        }
         answers.push(answer_of(&row));
         if let Some(raw) = &delivery.raw {
             raw_rows.push(raw_delivery::ActiveModel {
@@ -322,6 +345,7 @@ fn ledger_row(
         run_id: fields.run_id,
         workflow_id: fields.workflow_id,
         held_by_run_id: fields.held_by_run_id,
+        message_key: None,
         config_revision: live.revision().to_owned(),
         received_at: delivery.received_at,
         decided_at: now,

@@ -54,6 +54,30 @@ pub async fn existing_deliveries<C: ConnectionTrait>(
     Ok(found)
 }
 
+/// The routed ledger row that claimed each `(source, message_key)`.
+pub async fn claimed_messages<C: ConnectionTrait>(
+    db: &C,
+    keys: &[(&str, &str)],
+) -> Result<HashMap<(String, String), intake::Model>, DbErr> {
+    let mut found = HashMap::new();
+    for chunk in keys.chunks(200) {
+        let mut any = Condition::any();
+        for (source, message_key) in chunk {
+            any = any.add(
+                Condition::all()
+                    .add(intake::Column::Source.eq(*source))
+                    .add(intake::Column::MessageKey.eq(*message_key)),
+            );
+        }
+        for row in intake::Entity::find().filter(any).all(db).await? {
+            if let Some(key) = row.message_key.clone() {
+                found.insert((row.source.clone(), key), row);
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// One stored original delivery.
 pub async fn raw<C: ConnectionTrait>(
     db: &C,

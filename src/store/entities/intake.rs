@@ -21,6 +21,9 @@ pub struct Model {
     pub run_id: Option<String>,
     pub workflow_id: Option<String>,
     pub held_by_run_id: Option<String>,
+    /// Set on a routed delivery whose message may arrive again as another event (Slack's
+    /// `message` + `app_mention`): later copies are duplicates of this row.
+    pub message_key: Option<String>,
     pub config_revision: String,
     pub received_at: i64,
     pub decided_at: i64,

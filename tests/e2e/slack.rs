@@ -1,0 +1,1 @@
+//! Slack callbacks end to end (being written).

@@ -1,0 +1,1 @@
+//! Zendesk-shaped webhooks end to end (being written).
