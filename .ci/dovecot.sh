@@ -24,6 +24,20 @@ listening() {
     (exec 3<>"/dev/tcp/$ADDR/$PORT") 2>/dev/null
 }
 
+# Direct children of a process, from /proc (no procps needed).
+children_of() {
+    local parent="$1" stat
+    for stat in /proc/[0-9]*/stat; do
+        # Field 4 is the parent pid; the command name (field 2) may hold spaces, so cut after ')'.
+        local rest
+        rest="$(sed -e 's/^.*) //' "$stat" 2>/dev/null)" || continue
+        set -- $rest
+        if [[ "${2:-}" == "$parent" ]]; then
+            basename "$(dirname "$stat")"
+        fi
+    done
+}
+
 master_pid() {
     local pidfile="$DIR/run/master.pid"
     [[ -f "$pidfile" ]] || return 1
@@ -77,6 +91,9 @@ mail_uid = $uid
 mail_gid = $gid
 first_valid_uid = 1
 first_valid_gid = 1
+# Failed logins are answered at once (the tests retry bad passwords quickly).
+auth_failure_delay = 0 secs
+login_trusted_networks = 127.0.0.0/8
 # Notice new mail within a second while a client IDLEs (the default is 30 s).
 mailbox_idle_check_interval = 1 secs
 passdb {
@@ -125,12 +142,18 @@ start() {
 }
 
 stop() {
-    local pid
+    local pid children
     if pid="$(master_pid)"; then
+        # Client sessions (imap processes) outlive their master; a stopped server must drop
+        # every connection, so remember them and end them too.
+        children="$(children_of "$pid")"
         kill "$pid"
         for _ in $(seq 1 100); do
             kill -0 "$pid" 2>/dev/null || break
             sleep 0.1
+        done
+        for child in $children; do
+            kill "$child" 2>/dev/null || true
         done
     fi
     for _ in $(seq 1 50); do

@@ -71,26 +71,9 @@ impl<S: MailboxSink> Poller<S> {
                 debug!(source = %self.config.name, folder, %error, "CREATE of the move target");
             }
         }
-        let mailbox = guarded(
-            &mut self.shutdown,
-            timeout,
-            "SELECT",
-            session.select(&self.config.mailbox),
-        )
-        .await?
-        .map_err(imap("SELECT"))?;
-        let uidvalidity = mailbox
-            .uid_validity
-            .ok_or_else(|| SessionError::NoUidValidity(self.config.mailbox.clone()))?;
-
-        self.status.connected = true;
-        self.status.idle = features.idle;
-        info!(source = %self.config.name, mailbox = %self.config.mailbox, uidvalidity,
-            idle = features.idle, "connected to the mailbox");
-        self.report();
-
         let mut next_poll = Instant::now();
         let mut last_renewal = Instant::now();
+        let mut known_validity = None;
         loop {
             if Instant::now() >= last_renewal + self.options.lease_renew_interval {
                 if !self.renew_lease().await? {
@@ -99,6 +82,23 @@ impl<S: MailboxSink> Poller<S> {
                 last_renewal = Instant::now();
             }
             if features.idle || Instant::now() >= next_poll {
+                // SELECT on every cycle, not once per session: a mailbox deleted and recreated
+                // under a live session (new UIDVALIDITY) is otherwise never noticed, because
+                // the server may keep the old one open without a word.
+                let uidvalidity = self.select(&mut session).await?;
+                match known_validity {
+                    None => {
+                        self.status.connected = true;
+                        self.status.idle = features.idle;
+                        info!(source = %self.config.name, mailbox = %self.config.mailbox,
+                            uidvalidity, idle = features.idle, "connected to the mailbox");
+                    }
+                    Some(known) if known != uidvalidity => {
+                        info!(source = %self.config.name, uidvalidity, "the mailbox was recreated");
+                    }
+                    Some(_) => {}
+                }
+                known_validity = Some(uidvalidity);
                 let lease_held = self
                     .poll(&mut session, uidvalidity, features, &mut last_renewal)
                     .await?;
@@ -122,6 +122,21 @@ impl<S: MailboxSink> Poller<S> {
                 sleep_or_shutdown(&mut self.shutdown, wait).await?;
             }
         }
+    }
+
+    /// Selects the mailbox and returns its UIDVALIDITY.
+    async fn select(&mut self, session: &mut ImapSession) -> Result<u32, SessionError> {
+        let mailbox = guarded(
+            &mut self.shutdown,
+            self.options.io_timeout,
+            "SELECT",
+            session.select(&self.config.mailbox),
+        )
+        .await?
+        .map_err(imap("SELECT"))?;
+        mailbox
+            .uid_validity
+            .ok_or_else(|| SessionError::NoUidValidity(self.config.mailbox.clone()))
     }
 
     /// Logs out after losing the lease, so that the new holder is the only reader.

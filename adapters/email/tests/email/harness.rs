@@ -36,7 +36,9 @@ pub fn server() -> Option<(String, u16)> {
         );
         return None;
     };
-    let (host, port) = addr.rsplit_once(':').expect("SWITCHYARD_TEST_IMAP is host:port");
+    let (host, port) = addr
+        .rsplit_once(':')
+        .expect("SWITCHYARD_TEST_IMAP is host:port");
     Some((host.to_owned(), port.parse().expect("a port number")))
 }
 
@@ -49,6 +51,20 @@ pub fn dovecot(command: &str) {
         .status()
         .expect("run .ci/dovecot.sh");
     assert!(status.success(), ".ci/dovecot.sh {command} failed");
+}
+
+/// Starts Dovecot again when dropped, also when a test panics with the server stopped.
+pub struct StartOnDrop;
+
+impl Drop for StartOnDrop {
+    fn drop(&mut self) {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/dovecot.sh");
+        // No assert here: panicking while unwinding would abort the whole test binary.
+        let _ = std::process::Command::new("bash")
+            .arg(script)
+            .arg("start")
+            .status();
+    }
 }
 
 /// A poller config for `mailbox` on the test server, with short intervals.
@@ -330,7 +346,10 @@ impl MailboxSink for TestSink {
                     }
                 };
                 if let Some(event) = event {
-                    assert_eq!(event.raw_ref, message.raw_ref, "the event points at its raw");
+                    assert_eq!(
+                        event.raw_ref, message.raw_ref,
+                        "the event points at its raw"
+                    );
                 }
                 let subject = event.and_then(|e| e.payload["subject"].as_str().map(str::to_owned));
                 (n.delivery_id.clone(), outcome, subject)

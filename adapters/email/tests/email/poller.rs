@@ -20,7 +20,9 @@ fn uids(deliveries: &[Delivery]) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivers_new_mail_in_uid_order_exactly_once() {
-    let Some(server) = harness::server() else { return };
+    let Some(server) = harness::server() else {
+        return;
+    };
     let _shared = SERVER.read().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "order").await;
@@ -29,7 +31,12 @@ async fn delivers_new_mail_in_uid_order_exactly_once() {
     }
 
     let sink = TestSink::new();
-    let poller = start(config(&server, "order", "order"), harness::PASSWORD, &sink, options());
+    let poller = start(
+        config(&server, "order", "order"),
+        harness::PASSWORD,
+        &sink,
+        options(),
+    );
     wait_until("5 delivered", WAIT, || sink.delivered().len() == 5).await;
     // New mail while the poller waits in IDLE wakes it up.
     for n in 6..=8 {
@@ -47,7 +54,10 @@ async fn delivers_new_mail_in_uid_order_exactly_once() {
     assert!(delivered.iter().all(|d| d.outcome == "route"));
     assert_eq!(delivered[0].delivery_id, "order-1@test.example");
     assert_eq!(delivered[7].subject.as_deref(), Some("order message 8"));
-    assert!(status.connected && status.holds_lease && status.idle, "{status:?}");
+    assert!(
+        status.connected && status.holds_lease && status.idle,
+        "{status:?}"
+    );
     assert_eq!(status.consecutive_failures, 0);
     assert!(status.last_successful_poll.is_some());
     // After shutdown the status says so, and the lease is free for another replica.
@@ -60,7 +70,9 @@ async fn delivers_new_mail_in_uid_order_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polls_without_idle_too() {
-    let Some(server) = harness::server() else { return };
+    let Some(server) = harness::server() else {
+        return;
+    };
     let _shared = SERVER.read().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "polling").await;
@@ -80,7 +92,9 @@ async fn polls_without_idle_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_mid_stream_keeps_the_cursor_no_loss_no_repeat() {
-    let Some(server) = harness::server() else { return };
+    let Some(server) = harness::server() else {
+        return;
+    };
     let _shared = SERVER.read().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "restart").await;
@@ -119,7 +133,9 @@ async fn a_restart_mid_stream_keeps_the_cursor_no_loss_no_repeat() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recreated_mailbox_is_rescanned_and_dedup_stops_repeats() {
-    let Some(server) = harness::server() else { return };
+    let Some(server) = harness::server() else {
+        return;
+    };
     let _shared = SERVER.read().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "validity").await;
@@ -160,18 +176,30 @@ async fn a_recreated_mailbox_is_rescanned_and_dedup_stops_repeats() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_message_does_not_block_the_ones_after_it() {
-    let Some(server) = harness::server() else { return };
+    let Some(server) = harness::server() else {
+        return;
+    };
     let _shared = SERVER.read().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "bad").await;
     let garbage: Vec<u8> = (0..400u32).map(|i| (i * 37 % 251) as u8).collect();
     append(&mut imap, "bad", &message("bad", 1)).await;
     append(&mut imap, "bad", &garbage).await;
-    append(&mut imap, "bad", b"Subject: nothing\r\nX-Mailer: broken\r\n\r\n").await;
+    append(
+        &mut imap,
+        "bad",
+        b"Subject: nothing\r\nX-Mailer: broken\r\n\r\n",
+    )
+    .await;
     append(&mut imap, "bad", &message("bad", 4)).await;
 
     let sink = TestSink::new();
-    let poller = start(config(&server, "bad", "bad"), harness::PASSWORD, &sink, options());
+    let poller = start(
+        config(&server, "bad", "bad"),
+        harness::PASSWORD,
+        &sink,
+        options(),
+    );
     wait_until("4 delivered", WAIT, || sink.delivered().len() == 4).await;
     poller.stop().await;
 
@@ -194,7 +222,9 @@ async fn a_bad_message_does_not_block_the_ones_after_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seen_is_set_only_after_the_delivery_is_recorded() {
-    let Some(server) = harness::server() else { return };
+    let Some(server) = harness::server() else {
+        return;
+    };
     let _shared = SERVER.read().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "seen").await;
@@ -230,7 +260,10 @@ async fn seen_is_set_only_after_the_delivery_is_recorded() {
     poller.stop().await;
     assert_eq!(flags, vec![(1, vec!["Seen".to_owned()])]);
     assert!(sink.duplicates().is_empty());
-    assert!(sink.entered.load(Ordering::SeqCst) >= 2, "retried after the failure");
+    assert!(
+        sink.entered.load(Ordering::SeqCst) >= 2,
+        "retried after the failure"
+    );
     let error = sink
         .statuses
         .lock()
@@ -242,7 +275,9 @@ async fn seen_is_set_only_after_the_delivery_is_recorded() {
 }
 
 async fn moves_after_delivery(mailbox: &str, use_move: bool) {
-    let Some(server) = harness::server() else { return };
+    let Some(server) = harness::server() else {
+        return;
+    };
     let _shared = SERVER.read().await;
     let mut imap = client(&server).await;
     let done = format!("{mailbox}-done");
@@ -285,7 +320,9 @@ async fn move_without_the_move_extension_copies_and_expunges() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_lease_holder_polls_and_another_replica_takes_over() {
-    let Some(server) = harness::server() else { return };
+    let Some(server) = harness::server() else {
+        return;
+    };
     let _shared = SERVER.read().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "lease").await;
@@ -300,11 +337,17 @@ async fn only_the_lease_holder_polls_and_another_replica_takes_over() {
     wait_until("a holds the lease", WAIT, || a.status().holds_lease).await;
     let poller_b = start(config, harness::PASSWORD, &b, options());
     wait_until("3 delivered", WAIT, || a.delivered().len() == 3).await;
-    wait_until("b stands by", WAIT, || !b.statuses.lock().unwrap().is_empty()).await;
+    wait_until("b stands by", WAIT, || {
+        !b.statuses.lock().unwrap().is_empty()
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     let standby = b.status();
     assert!(!standby.holds_lease && !standby.connected, "{standby:?}");
-    assert_eq!(standby.consecutive_failures, 0, "standing by is not a failure");
+    assert_eq!(
+        standby.consecutive_failures, 0,
+        "standing by is not a failure"
+    );
 
     // A stops and releases the lease; B takes over from the shared cursor.
     poller_a.stop().await;
@@ -332,7 +375,9 @@ async fn only_the_lease_holder_polls_and_another_replica_takes_over() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn login_and_tls_failures_are_reported_and_retried_until_shutdown() {
-    let Some(server) = harness::server() else { return };
+    let Some(server) = harness::server() else {
+        return;
+    };
     let _shared = SERVER.read().await;
 
     let sink = TestSink::new();
@@ -349,7 +394,10 @@ async fn login_and_tls_failures_are_reported_and_retried_until_shutdown() {
     poller.stop().await;
     let status = sink.status();
     let error = status.last_error.unwrap();
-    assert!(error.contains("login as `support@example.com` failed"), "{error}");
+    assert!(
+        error.contains("login as `support@example.com` failed"),
+        "{error}"
+    );
     assert!(!status.connected);
 
     // TLS spoken to a plain-text port: the handshake fails, and is retried.
@@ -363,12 +411,17 @@ async fn login_and_tls_failures_are_reported_and_retried_until_shutdown() {
     .await;
     poller.stop().await;
     let error = sink.status().last_error.unwrap();
-    assert!(error.contains("TLS handshake with 127.0.0.1 failed"), "{error}");
+    assert!(
+        error.contains("TLS handshake with 127.0.0.1 failed"),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovers_after_the_server_restarts() {
-    let Some(server) = harness::server() else { return };
+    let Some(server) = harness::server() else {
+        return;
+    };
     let _alone = SERVER.write().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "outage").await;
@@ -376,10 +429,17 @@ async fn recovers_after_the_server_restarts() {
     drop(imap);
 
     let sink = TestSink::new();
-    let poller = start(config(&server, "outage", "outage"), harness::PASSWORD, &sink, options());
+    let poller = start(
+        config(&server, "outage", "outage"),
+        harness::PASSWORD,
+        &sink,
+        options(),
+    );
     wait_until("1 delivered", WAIT, || sink.delivered().len() == 1).await;
 
     harness::dovecot("stop");
+    // Whatever happens next, the other tests need the server back.
+    let _restart = harness::StartOnDrop;
     wait_until("failures reported", WAIT, || {
         let s = sink.status();
         s.consecutive_failures >= 2 && s.last_error.is_some() && !s.connected
