@@ -11,6 +11,7 @@ use crate::config::Settings;
 use crate::http::{self, AppState};
 use crate::intake::Intake;
 use crate::live::{Live, LiveConfig};
+use crate::mailbox::Pollers;
 use crate::sources::SourceStatuses;
 use crate::store;
 
@@ -18,6 +19,7 @@ use crate::store;
 #[derive(Debug, Clone)]
 pub struct Daemon {
     state: AppState,
+    pollers: Pollers,
 }
 
 impl Daemon {
@@ -49,13 +51,17 @@ impl Daemon {
         let writers = store::writer_count(&db, &database);
         let live = LiveConfig::new(live);
         let intake = Intake::start(db.clone(), live.clone(), writers);
+        let sources = Arc::new(SourceStatuses::default());
+        let replica_id = live.current().settings.loaded.replica_id();
+        let pollers = Pollers::new(db.clone(), intake.clone(), sources.clone(), replica_id);
+        pollers.apply(&live.current().settings.sources).await;
         let state = AppState {
             db,
             live,
             intake,
-            sources: Arc::new(SourceStatuses::default()),
+            sources,
         };
-        Ok(Self { state })
+        Ok(Self { state, pollers })
     }
 
     /// The handles the HTTP handlers use; tests and the poller supervisor use them too.
@@ -88,7 +94,9 @@ impl Daemon {
         .await
         .context("cannot record the new workflows; the old revision stays in force")?;
         log_revision(&live);
+        let sources = live.settings.sources.clone();
         self.state.live.replace(live);
+        self.pollers.apply(&sources).await;
         Ok(())
     }
 
@@ -110,10 +118,13 @@ impl Daemon {
         let addr = listener.local_addr().context("listener has no address")?;
         let app = http::router(self.state.clone(), body_limit);
         tracing::info!(%addr, "listening");
-        axum::serve(listener, app)
+        let served = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
             .await
-            .context("HTTP server failed")?;
+            .context("HTTP server failed");
+        // Pollers log out and release their leases, so another replica takes over at once.
+        self.pollers.shutdown().await;
+        served?;
         tracing::info!("stopped");
         Ok(())
     }

@@ -7,6 +7,7 @@ mod daemon;
 pub mod http;
 pub mod intake;
 pub mod live;
+mod mailbox;
 pub mod sources;
 pub mod store;
 

@@ -6,6 +6,7 @@ mod e2e {
 
     mod cli;
     mod concurrency;
+    mod email;
     mod leases;
     mod reload;
     mod slack;

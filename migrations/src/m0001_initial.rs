@@ -177,7 +177,7 @@ impl MigrationTrait for Migration {
                 Table::create()
                     .table("poller_leases")
                     .col(string_len("source", KEY_LEN).primary_key())
-                    .col(string_len_null("owner", ID_LEN))
+                    .col(string_len_null("owner", KEY_LEN))
                     .col(big_integer("fencing_token"))
                     .col(big_integer("expires_at"))
                     .to_owned(),

@@ -139,6 +139,8 @@ pub enum ConfigError {
 #[derive(Debug, Clone)]
 pub struct LoadedConfig {
     pub config: Config,
+    /// The file it was read from.
+    pub path: PathBuf,
     /// The folder relative paths (the SQLite file) are resolved against.
     pub base_dir: PathBuf,
     /// First 16 hex digits of the file's SHA-256: the same file gives the same revision on
@@ -170,6 +172,7 @@ impl LoadedConfig {
         let revision = hex::encode(&Sha256::digest(text.as_bytes())[..8]);
         Ok(Self {
             config,
+            path: path.to_owned(),
             base_dir,
             revision,
         })
@@ -179,6 +182,19 @@ impl LoadedConfig {
     /// file created when missing.
     pub fn database_url(&self) -> String {
         resolve_database_url(&self.config.database.url, &self.base_dir)
+    }
+
+    /// This daemon's name in poller leases: the host and the config file. A daemon restarted on
+    /// the same host with the same file reclaims its own leases at once instead of waiting for
+    /// them to expire; replicas on other hosts are told apart by the host name.
+    pub fn replica_id(&self) -> String {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "localhost".into());
+        let path = std::fs::canonicalize(&self.path).unwrap_or_else(|_| self.path.clone());
+        let digest = Sha256::digest(path.to_string_lossy().as_bytes());
+        format!("{}:{}", host.trim(), hex::encode(&digest[..6]))
     }
 
     /// The workflows in domain form.

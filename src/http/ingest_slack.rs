@@ -52,10 +52,19 @@ async fn ingest(
     }
     let retry = header("x-slack-retry-num");
     let intake_id = Uuid::now_v7();
-    let mut delivery = match switchyard_slack::normalize(&body, config, &Delivery::raw_ref(intake_id)) {
+    let mut delivery = match switchyard_slack::normalize(
+        &body,
+        config,
+        &Delivery::raw_ref(intake_id),
+    ) {
         Ok(SlackIntake::UrlVerification { challenge }) => {
             tracing::info!(source = %name, "answered Slack's url_verification challenge");
-            return (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], challenge).into_response();
+            return (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/plain")],
+                challenge,
+            )
+                .into_response();
         }
         Ok(SlackIntake::Event(event)) => {
             let normalized = event.normalized;
@@ -111,6 +120,11 @@ async fn ingest(
 
 fn unauthorized(source: &str, error: &switchyard_slack::SlackError) -> Response {
     let detail = error.detail();
-    tracing::warn!(source, detail, outcome = "unauthorized_source", "Slack delivery refused");
+    tracing::warn!(
+        source,
+        detail,
+        outcome = "unauthorized_source",
+        "Slack delivery refused"
+    );
     intake_answer::refuse(Outcome::UnauthorizedSource, detail, Style::Slack)
 }

@@ -1,0 +1,236 @@
+//! The daemon's side of the email adapter: a [`MailboxSink`] that records each fetched message
+//! through the intake pipeline (ledger row, raw bytes and cursor in one transaction), and the
+//! supervisor that runs one poller per email source and restarts them when the config changes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+use switchyard_email::{
+    Cursor, EmailSourceConfig, FetchedMessage, MailboxSink, PollerOptions, SinkError, SourceStatus,
+};
+use switchyard_router::now_millis;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use crate::config::ResolvedSource;
+use crate::intake::{CursorAdvance, Delivery, DeliveryBody, Intake, Raw, digest_id};
+use crate::sources::SourceStatuses;
+use crate::store;
+
+/// How long a poller lease lasts without renewal; the poller renews every third of it.
+const LEASE_TTL: Duration = Duration::from_secs(60);
+
+/// What the pollers of one daemon share.
+#[derive(Debug)]
+struct Sink {
+    db: DatabaseConnection,
+    intake: Intake,
+    statuses: Arc<SourceStatuses>,
+    /// This replica's identity in poller leases.
+    owner: String,
+}
+
+fn sink_error(error: impl std::error::Error + Send + Sync + 'static) -> SinkError {
+    SinkError::new(error)
+}
+
+impl MailboxSink for Sink {
+    async fn acquire_lease(&self, source: &str) -> Result<bool, SinkError> {
+        let ttl = i64::try_from(LEASE_TTL.as_millis()).unwrap_or(i64::MAX);
+        store::mailbox::acquire_lease(&self.db, source, &self.owner, now_millis(), ttl)
+            .await
+            .map_err(sink_error)
+    }
+
+    async fn release_lease(&self, source: &str) -> Result<(), SinkError> {
+        store::mailbox::release_lease(&self.db, source, &self.owner, now_millis())
+            .await
+            .map_err(sink_error)
+    }
+
+    async fn cursor(&self, source: &str, mailbox: &str) -> Result<Option<Cursor>, SinkError> {
+        let row = store::mailbox::cursor(&self.db, source, mailbox)
+            .await
+            .map_err(sink_error)?;
+        Ok(row.and_then(|row| {
+            Some(Cursor {
+                uidvalidity: u32::try_from(row.uidvalidity).ok()?,
+                last_uid: u32::try_from(row.last_uid).ok()?,
+            })
+        }))
+    }
+
+    fn new_raw_ref(&self) -> String {
+        Delivery::raw_ref(Uuid::now_v7())
+    }
+
+    async fn deliver(
+        &self,
+        source: &str,
+        mailbox: &str,
+        message: FetchedMessage,
+    ) -> Result<(), SinkError> {
+        let intake_id = message
+            .raw_ref
+            .strip_prefix("raw:")
+            .and_then(|id| Uuid::parse_str(id).ok())
+            .unwrap_or_else(Uuid::now_v7);
+        let mut delivery = match message.normalized {
+            Ok(normalized) => Delivery::new(
+                intake_id,
+                source,
+                normalized.delivery_id,
+                normalized.disposition.into(),
+            ),
+            // The digest identifies the same bad message across a UIDVALIDITY rescan.
+            Err(error) => Delivery::new(
+                intake_id,
+                source,
+                digest_id(&message.raw),
+                DeliveryBody::Invalid {
+                    detail: format!("{}: {error}", error.detail()),
+                },
+            ),
+        };
+        delivery.cursor = Some(CursorAdvance {
+            mailbox: mailbox.to_owned(),
+            uidvalidity: message.uidvalidity,
+            uid: message.uid,
+        });
+        delivery.raw = Some(Raw {
+            content_type: "message/rfc822".into(),
+            bytes: message.raw.into(),
+        });
+        self.intake
+            .submit(delivery)
+            .await
+            .map(|_| ())
+            .map_err(sink_error)
+    }
+
+    fn report(&self, source: &str, status: &SourceStatus) {
+        self.statuses.set(source, status);
+    }
+}
+
+/// A running poller and what started it.
+#[derive(Debug)]
+struct Running {
+    config: EmailSourceConfig,
+    password: String,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// Runs one poller per email source of the revision in force.
+#[derive(Debug, Clone)]
+pub struct Pollers {
+    sink: Arc<Sink>,
+    running: Arc<Mutex<HashMap<String, Running>>>,
+}
+
+impl Pollers {
+    /// Pollers that take leases as `replica_id` (see `LoadedConfig::replica_id`).
+    pub fn new(
+        db: DatabaseConnection,
+        intake: Intake,
+        statuses: Arc<SourceStatuses>,
+        replica_id: String,
+    ) -> Self {
+        Self {
+            sink: Arc::new(Sink {
+                db,
+                intake,
+                statuses,
+                owner: replica_id,
+            }),
+            running: Arc::default(),
+        }
+    }
+
+    /// Starts pollers for new or changed email sources and stops those removed or changed.
+    pub async fn apply(&self, sources: &[ResolvedSource]) {
+        let wanted: HashMap<&str, (&EmailSourceConfig, &String)> = sources
+            .iter()
+            .filter_map(|source| match source {
+                ResolvedSource::Email { config, password } => {
+                    Some((config.name.as_str(), (config, password)))
+                }
+                _ => None,
+            })
+            .collect();
+        let stale: Vec<Running> = {
+            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            let names: Vec<String> = running
+                .iter()
+                .filter(|(name, poller)| {
+                    wanted.get(name.as_str()).is_none_or(|(config, password)| {
+                        **config != poller.config || **password != poller.password
+                    })
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            names
+                .iter()
+                .filter_map(|name| running.remove(name))
+                .collect()
+        };
+        for poller in stale {
+            let name = poller.config.name.clone();
+            tracing::info!(source = %name, "stopping the mailbox poller (source removed or changed)");
+            stop(poller).await;
+            self.sink.statuses.remove(&name);
+        }
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, (config, password)) in wanted {
+            if running.contains_key(name) {
+                continue;
+            }
+            let (stop, shutdown) = watch::channel(false);
+            let task = tokio::spawn(switchyard_email::run_poller(
+                config.clone(),
+                password.clone(),
+                self.sink.clone(),
+                PollerOptions {
+                    lease_renew_interval: LEASE_TTL / 3,
+                    ..PollerOptions::default()
+                },
+                shutdown,
+            ));
+            tracing::info!(source = name, host = %config.host, mailbox = %config.mailbox, "mailbox poller started");
+            running.insert(
+                name.to_owned(),
+                Running {
+                    config: config.clone(),
+                    password: password.clone(),
+                    stop,
+                    task,
+                },
+            );
+        }
+    }
+
+    /// Stops every poller; each logs out and releases its lease.
+    pub async fn shutdown(&self) {
+        let all: Vec<Running> = {
+            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            running.drain().map(|(_, poller)| poller).collect()
+        };
+        for poller in all {
+            stop(poller).await;
+        }
+    }
+}
+
+async fn stop(poller: Running) {
+    let _ = poller.stop.send(true);
+    if tokio::time::timeout(Duration::from_secs(10), poller.task)
+        .await
+        .is_err()
+    {
+        tracing::warn!(source = %poller.config.name, "mailbox poller did not stop within 10 s");
+    }
+}
