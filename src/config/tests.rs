@@ -1,1 +1,206 @@
+//! Config parsing and validation, as an admin's typos would meet them.
 
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+fn parse(text: &str) -> Result<LoadedConfig, ConfigError> {
+    LoadedConfig::parse(
+        text,
+        Path::new("/etc/switchyard/switchyard.toml"),
+        PathBuf::from("/etc/switchyard"),
+    )
+}
+
+fn env(name: &str) -> Option<String> {
+    [
+        "SWITCHYARD_API_TOKEN",
+        "ZENDESK_ACME_SECRET",
+        "SLACK_SIGNING_SECRET",
+        "SUPPORT_IMAP_PASSWORD",
+    ]
+    .contains(&name)
+    .then(|| format!("value-of-{name}"))
+}
+
+#[test]
+fn the_example_config_parses_and_resolves() {
+    let text = include_str!("../../examples/switchyard.toml");
+    let loaded = parse(text).expect("example parses");
+    let settings = Settings::resolve(loaded, &env).expect("example resolves");
+    assert_eq!(settings.api_token, "value-of-SWITCHYARD_API_TOKEN");
+    assert!(!settings.loaded.workflows().is_empty());
+}
+
+#[test]
+fn the_all_sources_example_parses_and_resolves() {
+    let loaded = parse(include_str!("../../examples/all-sources.toml")).expect("parses");
+    let kinds: Vec<&str> = loaded
+        .config
+        .sources
+        .iter()
+        .map(SourceConfig::kind)
+        .collect();
+    assert_eq!(kinds, ["webhook", "slack", "email"]);
+    Settings::resolve(loaded, &env).expect("resolves");
+}
+
+#[test]
+fn defaults_give_an_embedded_sqlite_next_to_the_file() {
+    let loaded = parse("").expect("an empty file is valid");
+    assert_eq!(loaded.config.server.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(loaded.config.server.body_limit, 1024 * 1024);
+    assert_eq!(loaded.config.database.durability, Durability::Full);
+    assert_eq!(
+        loaded.database_url(),
+        "sqlite:///etc/switchyard/switchyard.db?mode=rwc"
+    );
+    assert_eq!(
+        resolve_database_url("sqlite:///var/lib/s.db?mode=rw", Path::new("/x")),
+        "sqlite:///var/lib/s.db?mode=rw"
+    );
+    assert_eq!(
+        resolve_database_url("postgres://u@h/db", Path::new("/x")),
+        "postgres://u@h/db"
+    );
+}
+
+#[test]
+fn unknown_keys_are_errors_naming_the_key_and_line() {
+    let error = parse("[server]\nlisten = \"127.0.0.1:1\"\nlisen = 2\n").expect_err("typo");
+    let text = error.to_string();
+    assert!(
+        text.contains("unknown field `lisen`") && text.contains("line 3"),
+        "{text}"
+    );
+
+    let error = parse("[[workflow]]\nid = \"a\"\ntenant = \"t\"\nstatus = \"live\"\ntriggers = []\nprioritee = 1\n")
+        .expect_err("typo in a workflow");
+    assert!(error.to_string().contains("prioritee"), "{error}");
+}
+
+#[test]
+fn each_source_kind_parses_and_a_typo_inside_one_is_refused() {
+    let text = r#"
+[[source]]
+kind = "webhook"
+name = "zendesk-acme"
+tenant = "acme"
+signing_secret_env = "ZENDESK_ACME_SECRET"
+account_id = 22129848
+
+[[source]]
+kind = "slack"
+name = "acme-slack"
+signing_secret_env = "SLACK_SIGNING_SECRET"
+teams = { T0123ABC = "acme" }
+
+[[source]]
+kind = "email"
+name = "support-inbox"
+tenant = "acme"
+host = "imap.example.com"
+username = "support@example.com"
+password_env = "SUPPORT_IMAP_PASSWORD"
+"#;
+    let loaded = parse(text).expect("three sources");
+    let kinds: Vec<&str> = loaded
+        .config
+        .sources
+        .iter()
+        .map(SourceConfig::kind)
+        .collect();
+    assert_eq!(kinds, ["webhook", "slack", "email"]);
+    let settings = Settings::resolve(loaded, &env).expect("secrets present");
+    assert!(
+        matches!(&settings.sources[0], ResolvedSource::Webhook { secret: Some(s), .. } if s == "value-of-ZENDESK_ACME_SECRET")
+    );
+
+    let typo = text.replace("account_id", "acount_id");
+    assert!(
+        parse(&typo)
+            .expect_err("typo")
+            .to_string()
+            .contains("acount_id")
+    );
+    let unknown_kind = text.replace("kind = \"slack\"", "kind = \"sms\"");
+    assert!(
+        parse(&unknown_kind)
+            .expect_err("kind")
+            .to_string()
+            .contains("sms")
+    );
+}
+
+#[test]
+fn semantic_errors_are_all_reported_together() {
+    let text = r#"
+[[workflow]]
+id = "a"
+tenant = "acme"
+status = "live"
+triggers = [ { channel = "fax", event_type = "x", priority = 1 } ]
+
+[[workflow]]
+id = "a"
+tenant = "acme"
+status = "live"
+lock_ttl = "0s"
+triggers = []
+
+[[workflow]]
+id = "later"
+tenant = "acme"
+status = "draft"
+triggers = [ { channel = "fax", event_type = "x" } ]
+
+[[source]]
+kind = "webhook"
+name = "open-door"
+tenant = "acme"
+"#;
+    let error = parse(text).expect_err("invalid").to_string();
+    for expected in [
+        "unknown channel `fax`",
+        "workflow `a` is defined more than once",
+        "`lock_ttl` must be longer than 0s",
+        "workflow `a` is live but has no triggers",
+        "webhook source `open-door`",
+    ] {
+        assert!(
+            error.contains(expected),
+            "`{expected}` missing from:\n{error}"
+        );
+    }
+    assert_eq!(
+        error.matches("fax").count(),
+        1,
+        "a draft may name a channel not built yet"
+    );
+}
+
+#[test]
+fn unset_secrets_fail_closed_naming_the_variable() {
+    let text = "[[source]]\nkind = \"slack\"\nname = \"s\"\nsigning_secret_env = \"NOT_SET_ANYWHERE\"\nteams = { T1 = \"acme\" }\n";
+    let loaded = parse(text).expect("parses");
+    let error = Settings::resolve(loaded, &env)
+        .expect_err("secret unset")
+        .to_string();
+    assert!(error.contains("NOT_SET_ANYWHERE"), "{error}");
+
+    let no_token = |_: &str| None;
+    let error = Settings::resolve(parse("").expect("parses"), &no_token)
+        .expect_err("no token")
+        .to_string();
+    assert!(error.contains("SWITCHYARD_API_TOKEN"), "{error}");
+}
+
+#[test]
+fn the_revision_is_the_file_digest() {
+    let a = parse("[server]\nbody_limit = 10\n").expect("a");
+    let b = parse("[server]\nbody_limit = 10\n").expect("b");
+    let c = parse("[server]\nbody_limit = 11\n").expect("c");
+    assert_eq!(a.revision, b.revision);
+    assert_ne!(a.revision, c.revision);
+    assert_eq!(a.revision.len(), 16);
+}
