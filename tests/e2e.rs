@@ -8,6 +8,7 @@ mod e2e {
     mod concurrency;
     mod email;
     mod leases;
+    mod outage;
     mod reload;
     mod slack;
     mod spine;

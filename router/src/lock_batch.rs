@@ -107,12 +107,16 @@ impl LockBatch {
                 slot.stored = Some(row);
             }
         }
-        Ok(Self {
+        Ok(Self::from_slots(slots, now))
+    }
+
+    fn from_slots(slots: HashMap<(String, String), Slot>, now: Millis) -> Self {
+        Self {
             now,
             slots,
             new_runs: Vec::new(),
             expired_runs: Vec::new(),
-        })
+        }
     }
 
     /// Decides one event: its chosen workflow (if any) gets a run and the entity's lease, unless
@@ -234,5 +238,158 @@ impl LockBatch {
                 .await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const NOW: Millis = 1_000_000;
+
+    fn lease(
+        entity: &str,
+        run: Option<&str>,
+        token: i64,
+        expires_at: Millis,
+    ) -> entity_lock::Model {
+        entity_lock::Model {
+            tenant_id: "acme".into(),
+            target_entity_id: entity.into(),
+            run_id: run.map(Into::into),
+            fencing_token: token,
+            expires_at,
+            updated_at: 0,
+        }
+    }
+
+    fn batch(stored: Vec<entity_lock::Model>) -> LockBatch {
+        let slots = stored
+            .into_iter()
+            .map(|row| {
+                let key = (row.tenant_id.clone(), row.target_entity_id.clone());
+                (
+                    key,
+                    Slot {
+                        stored: Some(row.clone()),
+                        current: Some(row),
+                    },
+                )
+            })
+            .collect();
+        LockBatch::from_slots(slots, NOW)
+    }
+
+    fn triage() -> Candidate {
+        Candidate {
+            workflow_id: Arc::from("triage"),
+            priority: 100,
+            lock_ttl: Duration::from_secs(60),
+        }
+    }
+
+    /// What one event on `entity` meets, given the stored lease: the expected outcome and, for a
+    /// routed event, its fencing token and the run it took over from.
+    #[test]
+    fn each_lease_state_decides_as_expected() {
+        let cases: Vec<(
+            &str,
+            Option<entity_lock::Model>,
+            &str,
+            Option<(i64, Option<&str>)>,
+        )> = vec![
+            ("never locked", None, "routed", Some((1, None))),
+            (
+                "held",
+                Some(lease("E", Some("r1"), 4, NOW + 1)),
+                "locked",
+                None,
+            ),
+            (
+                "expires exactly now",
+                Some(lease("E", Some("r1"), 4, NOW)),
+                "routed",
+                Some((5, Some("r1"))),
+            ),
+            (
+                "expired",
+                Some(lease("E", Some("r1"), 4, NOW - 1)),
+                "routed",
+                Some((5, Some("r1"))),
+            ),
+            (
+                "released",
+                Some(lease("E", None, 7, NOW - 1)),
+                "routed",
+                Some((8, None)),
+            ),
+            (
+                "released, unexpired",
+                Some(lease("E", None, 7, NOW + 10)),
+                "routed",
+                Some((8, None)),
+            ),
+        ];
+        for (name, stored, expected, routed) in cases {
+            let mut locks = batch(stored.into_iter().collect());
+            let decision = locks.route("acme", "E", Some(&triage()), "intake-1");
+            match (&decision, expected, routed) {
+                (
+                    Decision::Routed {
+                        fencing_token,
+                        took_over_from,
+                        ..
+                    },
+                    "routed",
+                    Some((token, from)),
+                ) => {
+                    assert_eq!(*fencing_token, token, "{name}");
+                    assert_eq!(took_over_from.as_deref(), from, "{name}");
+                }
+                (
+                    Decision::EntityLocked {
+                        held_by_run_id,
+                        workflow_id,
+                    },
+                    "locked",
+                    None,
+                ) => {
+                    assert_eq!(held_by_run_id, "r1", "{name}");
+                    assert_eq!(&**workflow_id, "triage", "{name}");
+                }
+                _ => panic!("{name}: unexpected {decision:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_sees_its_own_earlier_decisions() {
+        let mut locks = batch(Vec::new());
+        let first = locks.route("acme", "E", Some(&triage()), "i1");
+        let Decision::Routed { run_id, .. } = first else {
+            panic!("first event routes: {first:?}");
+        };
+        assert_eq!(
+            locks.route("acme", "E", Some(&triage()), "i2"),
+            Decision::EntityLocked {
+                held_by_run_id: run_id,
+                workflow_id: Arc::from("triage"),
+            }
+        );
+        assert!(matches!(
+            locks.route("acme", "F", Some(&triage()), "i3"),
+            Decision::Routed { .. }
+        ));
+        assert!(matches!(
+            locks.route("globex", "E", Some(&triage()), "i4"),
+            Decision::Routed { .. }
+        ));
+        assert_eq!(
+            locks.route("acme", "G", None, "i5"),
+            Decision::NoTriggerMatch
+        );
+        assert_eq!(locks.new_runs.len(), 3);
     }
 }

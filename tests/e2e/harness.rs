@@ -117,6 +117,19 @@ impl TestDb {
         dbs
     }
 
+    /// The database's name on a shared server (`None` for SQLite).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// A connection to the server's admin database, for tests that act as its operator.
+    pub async fn admin(&self) -> sea_orm::DatabaseConnection {
+        let server = self.backend.server_url().expect("a shared server");
+        Database::connect(format!("{server}/{}", self.backend.admin_db()))
+            .await
+            .expect("admin connection")
+    }
+
     /// Drops the database (SQLite: the temp dir goes with the value).
     pub async fn drop_database(self) {
         if let (Some(name), Some(server)) = (&self.name, self.backend.server_url()) {
