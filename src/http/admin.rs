@@ -73,6 +73,9 @@ struct IntakeView {
     outcome: String,
     detail: Option<String>,
     event: Option<Value>,
+    /// Where the original bytes are (`GET /v1/raw/{raw_ref}`), also for deliveries that never
+    /// became an event (invalid ones, say).
+    raw_ref: Option<String>,
     run_id: Option<String>,
     workflow_id: Option<String>,
     held_by_run_id: Option<String>,
@@ -102,6 +105,7 @@ impl From<intake::Model> for IntakeView {
             outcome: row.outcome,
             detail: row.detail,
             event,
+            raw_ref: row.raw_ref,
             run_id: row.run_id,
             workflow_id: row.workflow_id,
             held_by_run_id: row.held_by_run_id,

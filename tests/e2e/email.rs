@@ -24,9 +24,9 @@ fn imap_server() -> Option<String> {
                 !in_ci(),
                 "CI=true but SWITCHYARD_TEST_IMAP is not set: .ci/run starts Dovecot"
             );
-            eprintln!(
+            super::harness::skipped(
                 "SKIPPED: email end-to-end tests need Dovecot; run `bash .ci/dovecot.sh start` and set \
-                 SWITCHYARD_TEST_IMAP=127.0.0.1:10143"
+                 SWITCHYARD_TEST_IMAP=127.0.0.1:10143",
             );
             None
         }

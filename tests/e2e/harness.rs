@@ -53,6 +53,19 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
+/// Says why a test part was skipped, once per message, past the test harness's output capture
+/// (which would hide it in a passing test).
+pub fn skipped(message: &str) {
+    use std::io::Write;
+    static SAID: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    let key: String = message.chars().take(40).collect();
+    if !said.contains(&key) {
+        said.push(key);
+        let _ = writeln!(std::io::stderr(), "{message}");
+    }
+}
+
 /// A fresh, empty database for one test.
 #[derive(Debug)]
 pub struct TestDb {
@@ -87,9 +100,9 @@ impl TestDb {
                     !in_ci(),
                     "CI=true but {backend:?} is not reachable at {admin_url}: {error}"
                 );
-                eprintln!(
+                skipped(&format!(
                     "SKIPPED on {backend:?}: no server at {admin_url} ({error}); set CI=true to make this a failure"
-                );
+                ));
                 return None;
             }
         };
