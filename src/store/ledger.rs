@@ -37,21 +37,11 @@ pub async fn existing_deliveries<C: ConnectionTrait>(
     db: &C,
     keys: &[(&str, &str)],
 ) -> Result<HashMap<(String, String), intake::Model>, DbErr> {
-    let mut found = HashMap::new();
-    for chunk in keys.chunks(200) {
-        let mut any = Condition::any();
-        for (source, delivery_id) in chunk {
-            any = any.add(
-                Condition::all()
-                    .add(intake::Column::Source.eq(*source))
-                    .add(intake::Column::DeliveryId.eq(*delivery_id)),
-            );
-        }
-        for row in intake::Entity::find().filter(any).all(db).await? {
-            found.insert((row.source.clone(), row.delivery_id.clone()), row);
-        }
-    }
-    Ok(found)
+    let rows = rows_matching(db, intake::Column::DeliveryId, keys).await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| ((row.source.clone(), row.delivery_id.clone()), row))
+        .collect())
 }
 
 /// The routed ledger row that claimed each `(source, message_key)`.
@@ -59,23 +49,32 @@ pub async fn claimed_messages<C: ConnectionTrait>(
     db: &C,
     keys: &[(&str, &str)],
 ) -> Result<HashMap<(String, String), intake::Model>, DbErr> {
-    let mut found = HashMap::new();
+    let rows = rows_matching(db, intake::Column::MessageKey, keys).await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| Some(((row.source.clone(), row.message_key.clone()?), row)))
+        .collect())
+}
+
+/// Ledger rows whose `(source, column)` is one of `keys`.
+async fn rows_matching<C: ConnectionTrait>(
+    db: &C,
+    column: intake::Column,
+    keys: &[(&str, &str)],
+) -> Result<Vec<intake::Model>, DbErr> {
+    let mut rows = Vec::new();
     for chunk in keys.chunks(200) {
         let mut any = Condition::any();
-        for (source, message_key) in chunk {
+        for (source, value) in chunk {
             any = any.add(
                 Condition::all()
                     .add(intake::Column::Source.eq(*source))
-                    .add(intake::Column::MessageKey.eq(*message_key)),
+                    .add(column.eq(*value)),
             );
         }
-        for row in intake::Entity::find().filter(any).all(db).await? {
-            if let Some(key) = row.message_key.clone() {
-                found.insert((row.source.clone(), key), row);
-            }
-        }
+        rows.extend(intake::Entity::find().filter(any).all(db).await?);
     }
-    Ok(found)
+    Ok(rows)
 }
 
 /// One stored original delivery.
