@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# A throwaway Dovecot for the email adapter's integration tests: plain IMAP on 127.0.0.1:10143,
-# users support@example.com and other@example.com (password `secret`), all state in one temp dir
-# so it never touches a system instance.
+# A throwaway Dovecot for the email adapter's integration tests: IMAP on 127.0.0.1:10143 (plain
+# text allowed, STARTTLS offered) and IMAPS on 127.0.0.1:10993, with a certificate for
+# `localhost` and `127.0.0.1` from a generated test CA; users support@example.com and
+# other@example.com (password `secret`); all state in one temp dir, so it never touches a
+# system instance.
 #
-#   .ci/dovecot.sh start    start (idempotent), then print `SWITCHYARD_TEST_IMAP=127.0.0.1:10143`
+#   .ci/dovecot.sh start    start (idempotent), then print the tests' environment:
+#                             SWITCHYARD_TEST_IMAP=127.0.0.1:10143
+#                             SWITCHYARD_TEST_IMAPS=127.0.0.1:10993
+#                             SWITCHYARD_TEST_IMAP_CA=<dir>/tls/ca.pem
+#                           e.g. `export $(.ci/dovecot.sh start | grep ^SWITCHYARD_)`
 #   .ci/dovecot.sh stop     stop (idempotent); mail is kept
 #   .ci/dovecot.sh restart  stop, then start
 #   .ci/dovecot.sh reset    stop and delete every mailbox and all state
@@ -15,6 +21,7 @@ set -euo pipefail
 
 DIR="${SWITCHYARD_DOVECOT_DIR:-/tmp/switchyard-dovecot}"
 PORT="${SWITCHYARD_DOVECOT_PORT:-10143}"
+TLS_PORT="${SWITCHYARD_DOVECOT_TLS_PORT:-10993}"
 ADDR="127.0.0.1"
 CONF="$DIR/dovecot.conf"
 MAIL_USER="switchyard-mail"
@@ -60,11 +67,32 @@ ensure_installed() {
     fi
 }
 
+# A test CA and a server certificate it signed; rustls rejects a self-signed leaf as its own
+# trust anchor, hence two certificates. Kept across restarts (the tests read the CA file).
+make_certificates() {
+    local tls="$DIR/tls"
+    [[ -f "$tls/server.pem" && -f "$tls/ca.pem" ]] && return 0
+    mkdir -p "$tls"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+        -subj "/CN=Switchyard test CA" -keyout "$tls/ca.key" -out "$tls/ca.pem" \
+        -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -subj "/CN=localhost" -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
+    printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" "basicConstraints=CA:FALSE" \
+        "keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth" >"$tls/server.ext"
+    openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
+        -CAcreateserial -days 3650 -extfile "$tls/server.ext" -out "$tls/server.pem" 2>/dev/null
+    chmod 644 "$tls/ca.pem" "$tls/server.pem"
+    chmod 600 "$tls/ca.key" "$tls/server.key"
+}
+
 write_config() {
     local uid gid
     uid="$(id -u "$MAIL_USER")"
     gid="$(id -g "$MAIL_USER")"
     mkdir -p "$DIR/run" "$DIR/state" "$DIR/home"
+    make_certificates
     chmod 755 "$DIR" "$DIR/home"
     chown "$MAIL_USER:$MAIL_USER" "$DIR/home"
     # passwd-file: user:password:uid:gid:gecos:home:shell:extra
@@ -81,7 +109,10 @@ base_dir = $DIR/run
 state_dir = $DIR/state
 listen = $ADDR
 protocols = imap
-ssl = no
+ssl = yes
+ssl_cert = <$DIR/tls/server.pem
+ssl_key = <$DIR/tls/server.key
+# Plain-text login without TLS stays allowed: most tests speak plain IMAP on loopback.
 disable_plaintext_auth = no
 auth_mechanisms = plain login
 log_path = $DIR/dovecot.log
@@ -110,7 +141,8 @@ service imap-login {
     port = $PORT
   }
   inet_listener imaps {
-    port = 0
+    address = $ADDR
+    port = $TLS_PORT
   }
 }
 namespace inbox {
@@ -122,23 +154,30 @@ CONF
 
 start() {
     ensure_installed
+    if ! command -v openssl >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+    fi
     if master_pid >/dev/null && listening; then
         echo "dovecot already listening on $ADDR:$PORT"
     else
         write_config
-        dovecot -c "$CONF"
+        # Detached from our stdout/stderr: a caller reading them through a pipe (cargo test | grep)
+        # would otherwise wait for the daemon to exit.
+        dovecot -c "$CONF" </dev/null >>"$DIR/startup.log" 2>&1
         for _ in $(seq 1 100); do
             listening && break
             sleep 0.1
         done
         if ! listening; then
             echo "dovecot did not start listening on $ADDR:$PORT; log:" >&2
-            tail -n 30 "$DIR/dovecot.log" >&2 || true
+            tail -n 30 "$DIR/startup.log" "$DIR/dovecot.log" >&2 || true
             exit 1
         fi
         echo "dovecot listening on $ADDR:$PORT (state in $DIR)"
     fi
     echo "SWITCHYARD_TEST_IMAP=$ADDR:$PORT"
+    echo "SWITCHYARD_TEST_IMAPS=$ADDR:$TLS_PORT"
+    echo "SWITCHYARD_TEST_IMAP_CA=$DIR/tls/ca.pem"
 }
 
 stop() {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -27,6 +28,10 @@ pub struct EmailSourceConfig {
     /// How the connection is protected: `tls`, `starttls` or `plain` (loopback only).
     #[serde(default)]
     pub security: Security,
+    /// A PEM file of extra CA certificates to trust for `tls`/`starttls` (a private CA); the
+    /// usual public roots are always trusted.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
     /// The IMAP login name.
     pub username: String,
     /// The name of the environment variable that holds the IMAP password.
@@ -83,6 +88,7 @@ impl EmailSourceConfig {
             host: host.into(),
             port: None,
             security: Security::default(),
+            tls_ca_file: None,
             username: username.into(),
             password_env: password_env.into(),
             mailbox: default_mailbox(),
@@ -111,8 +117,8 @@ impl EmailSourceConfig {
         }
     }
 
-    /// Checks what serde cannot: non-empty names, `plain` only on loopback, a sane interval and
-    /// an `after_intake` folder that is not the mailbox itself. `ticket_ref` and `after_intake`
+    /// Checks what serde cannot: non-empty names, `plain` only on loopback, a sane interval, an
+    /// `after_intake` folder that is not the mailbox itself, and a readable `tls_ca_file`. `ticket_ref` and `after_intake`
     /// are already checked when they are deserialised (so a bad value names its line).
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (field, value) in [
@@ -148,6 +154,9 @@ impl EmailSourceConfig {
             && !address.contains('@')
         {
             return Err(ConfigError::BadAddress(address.clone()));
+        }
+        if let Some(path) = &self.tls_ca_file {
+            crate::imap::read_ca_file(path)?;
         }
         Ok(())
     }
@@ -437,6 +446,23 @@ mod tests {
         let mut config = base;
         config.address = Some("support".into());
         assert!(matches!(config.validate(), Err(ConfigError::BadAddress(_))));
+    }
+
+    #[test]
+    fn validate_reads_the_ca_file() {
+        let mut config = parse(minimal()).unwrap();
+        config.tls_ca_file = Some("/nonexistent/ca.pem".into());
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::CaFileUnreadable { .. })
+        ));
+        let not_pem = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(not_pem.path(), "not a certificate").unwrap();
+        config.tls_ca_file = Some(not_pem.path().to_owned());
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::CaFileEmpty { .. })
+        ));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! the daemon's store fails ([`SinkError`]), and the IMAP session fails and is retried
 //! ([`SessionError`], only ever seen through [`crate::SourceStatus::last_error`] and logs).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// A `[[source]]` entry of kind `email` that cannot be used.
@@ -33,6 +34,14 @@ pub enum ConfigError {
     TicketRefWithoutId(String),
     #[error("`address` `{0}` is not an email address")]
     BadAddress(String),
+    #[error("`tls_ca_file` {path} cannot be read")]
+    CaFileUnreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`tls_ca_file` {path} holds no PEM certificate")]
+    CaFileEmpty { path: PathBuf },
 }
 
 /// Why a fetched message cannot be normalised; the daemon records it as `invalid_event` (with
@@ -101,6 +110,8 @@ pub enum SessionError {
     },
     #[error("cannot set up TLS")]
     TlsConfig(#[source] tokio_rustls::rustls::Error),
+    #[error("cannot load the CA file")]
+    CaFile(#[source] ConfigError),
     #[error("the server's greeting was not OK: {0}")]
     Greeting(String),
     #[error("login as `{user}` failed")]

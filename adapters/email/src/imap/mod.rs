@@ -11,6 +11,8 @@
 mod session;
 mod transport;
 
+pub(crate) use transport::read_ca_file;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! Getting to a logged-in IMAP session: TCP, TLS or STARTTLS, the greeting, LOGIN.
 
 use std::io;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -8,7 +9,8 @@ use std::time::Duration;
 
 use async_imap::imap_proto::{Response, Status};
 use async_imap::{Client, Session};
-use rustls_pki_types::ServerName;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -16,7 +18,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
 use crate::config::{EmailSourceConfig, Security};
-use crate::error::SessionError;
+use crate::error::{ConfigError, SessionError};
 
 /// The byte stream under an IMAP session: one type for all three `security` modes, so the
 /// session code is written once.
@@ -88,7 +90,7 @@ pub(crate) async fn connect(
     let client = match config.security {
         Security::Plain => greeted(Client::new(Transport::Plain(tcp)), timeout).await?,
         Security::Tls => {
-            let tls = handshake(tcp, &config.host, timeout).await?;
+            let tls = handshake(tcp, &config.host, config.tls_ca_file.as_deref(), timeout).await?;
             greeted(Client::new(Transport::Tls(Box::new(tls))), timeout).await?
         }
         Security::Starttls => {
@@ -105,7 +107,7 @@ pub(crate) async fn connect(
             })?;
             let tcp = client.into_inner();
             // No greeting after STARTTLS: the server waits for our next command.
-            let tls = handshake(tcp, &config.host, timeout).await?;
+            let tls = handshake(tcp, &config.host, config.tls_ca_file.as_deref(), timeout).await?;
             Client::new(Transport::Tls(Box::new(tls)))
         }
     };
@@ -143,6 +145,7 @@ where
 async fn handshake(
     tcp: TcpStream,
     host: &str,
+    ca_file: Option<&Path>,
     timeout: Duration,
 ) -> Result<TlsStream<TcpStream>, SessionError> {
     let name =
@@ -150,7 +153,7 @@ async fn handshake(
             host: host.to_owned(),
             source,
         })?;
-    let connector = TlsConnector::from(tls_config()?);
+    let connector = TlsConnector::from(tls_config(ca_file)?);
     bounded(timeout, "the TLS handshake", connector.connect(name, tcp))
         .await?
         .map_err(|source| SessionError::Tls {
@@ -159,11 +162,22 @@ async fn handshake(
         })
 }
 
-/// webpki's Mozilla roots with the ring provider, named explicitly so that no other crate's
-/// choice of a process-wide default provider can change or break it.
-fn tls_config() -> Result<Arc<ClientConfig>, SessionError> {
+/// webpki's Mozilla roots (plus the configured CA file) with the ring provider, named
+/// explicitly so that no other crate's choice of a process-wide default provider can change or
+/// break it.
+fn tls_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, SessionError> {
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = ca_file {
+        // Read on every connection, so a renewed CA file needs no restart.
+        let (added, _ignored) =
+            roots.add_parsable_certificates(read_ca_file(path).map_err(SessionError::CaFile)?);
+        if added == 0 {
+            return Err(SessionError::CaFile(ConfigError::CaFileEmpty {
+                path: path.to_owned(),
+            }));
+        }
+    }
     let config =
         ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
@@ -171,6 +185,23 @@ fn tls_config() -> Result<Arc<ClientConfig>, SessionError> {
             .with_root_certificates(roots)
             .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+/// The certificates of a PEM file; at least one.
+pub(crate) fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
+    let pem = std::fs::read(path).map_err(|source| ConfigError::CaFileUnreadable {
+        path: path.to_owned(),
+        source,
+    })?;
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
+        .filter_map(Result::ok)
+        .collect();
+    if certs.is_empty() {
+        return Err(ConfigError::CaFileEmpty {
+            path: path.to_owned(),
+        });
+    }
+    Ok(certs)
 }
 
 /// Runs `future`, failing with [`SessionError::Timeout`] when it takes longer than `limit`: a

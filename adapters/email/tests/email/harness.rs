@@ -42,6 +42,27 @@ pub fn server() -> Option<(String, u16)> {
     Some((host.to_owned(), port.parse().expect("a port number")))
 }
 
+/// The IMAPS address and the test CA, or `None` (after saying so) when not exported.
+pub fn tls_server() -> Option<((String, u16), std::path::PathBuf)> {
+    let (Ok(addr), Ok(ca)) = (
+        std::env::var("SWITCHYARD_TEST_IMAPS"),
+        std::env::var("SWITCHYARD_TEST_IMAP_CA"),
+    ) else {
+        eprintln!(
+            "SKIPPED: SWITCHYARD_TEST_IMAPS / SWITCHYARD_TEST_IMAP_CA are not set; export all \
+             three lines `.ci/dovecot.sh start` prints to test TLS and STARTTLS"
+        );
+        return None;
+    };
+    let (host, port) = addr
+        .rsplit_once(':')
+        .expect("SWITCHYARD_TEST_IMAPS is host:port");
+    Some((
+        (host.to_owned(), port.parse().expect("a port number")),
+        ca.into(),
+    ))
+}
+
 /// Runs `.ci/dovecot.sh <command>` (start/stop); the tests that restart the server use it.
 pub fn dovecot(command: &str) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/dovecot.sh");

@@ -459,3 +459,67 @@ async fn recovers_after_the_server_restarts() {
     assert_eq!(uids(&sink.delivered()), vec![1, 2]);
     assert!(sink.duplicates().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_starttls_deliver_with_a_private_ca() {
+    let Some(server) = harness::server() else {
+        return;
+    };
+    let Some((tls_server, ca)) = harness::tls_server() else {
+        return;
+    };
+    let _shared = SERVER.read().await;
+    let mut imap = client(&server).await;
+    recreate(&mut imap, "tls").await;
+    append(&mut imap, "tls", &message("tls", 1)).await;
+
+    // TLS from the first byte, to an IP address (the certificate names 127.0.0.1).
+    let mut tls = config(&tls_server, "tls", "tls");
+    tls.security = Security::Tls;
+    tls.tls_ca_file = Some(ca.clone());
+    tls.validate().unwrap();
+    let sink = TestSink::new();
+    let poller = start(tls, harness::PASSWORD, &sink, options());
+    wait_until("delivered over TLS", WAIT, || sink.delivered().len() == 1).await;
+    poller.stop().await;
+
+    // STARTTLS on the plain port, to a host name (the certificate names localhost).
+    append(&mut imap, "tls", &message("tls", 2)).await;
+    let mut starttls = config(&server, "tls", "tls");
+    starttls.host = "localhost".into();
+    starttls.security = Security::Starttls;
+    starttls.tls_ca_file = Some(ca);
+    starttls.validate().unwrap();
+    let poller = start(starttls, harness::PASSWORD, &sink, options());
+    wait_until("delivered after STARTTLS", WAIT, || {
+        sink.delivered().len() == 2
+    })
+    .await;
+    poller.stop().await;
+    assert_eq!(uids(&sink.delivered()), vec![1, 2]);
+    assert!(
+        sink.statuses
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|s| s.last_error.is_none())
+    );
+
+    // Without the private CA the certificate is not trusted: a reported failure.
+    let mut untrusted = config(&tls_server, "tls-untrusted", "tls");
+    untrusted.security = Security::Tls;
+    let sink = TestSink::new();
+    let poller = start(untrusted, harness::PASSWORD, &sink, options());
+    wait_until("the failure reported", WAIT, || {
+        sink.status().consecutive_failures >= 1
+    })
+    .await;
+    poller.stop().await;
+    let error = sink.status().last_error.unwrap();
+    assert!(
+        error.contains("TLS handshake with 127.0.0.1 failed"),
+        "{error}"
+    );
+    assert!(error.contains("UnknownIssuer"), "{error}");
+    assert!(sink.delivered().is_empty());
+}
