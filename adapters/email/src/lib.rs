@@ -4,7 +4,21 @@
 //! [`switchyard_core::Normalized`] out, tested with fixture files) and [`run_poller`] is the one
 //! I/O loop (tested against a real Dovecot). The poller calls `normalize` itself and hands the
 //! daemon each message through the [`MailboxSink`] trait, which the daemon implements: leases,
-//! cursors and the ledger stay in the daemon, and no daemon type appears here.
+//! cursors, raw storage and the ledger stay in the daemon, and no daemon type appears here.
+//!
+//! Behaviour worth knowing:
+//! - A source without a cursor starts at UID 1: mail already in the mailbox when the source is
+//!   first configured is delivered too (use a dedicated mailbox, or `after_intake`, to keep
+//!   the history out).
+//! - Every message the cursor passes is delivered exactly once to the sink, in UID order,
+//!   whatever its disposition: routed, ineligible, or unparseable ([`ParseError`]).
+//! - `after_intake` runs only for messages whose `deliver` returned `Ok`. If it fails, they
+//!   stay where they are; the failure is reported, and they are not delivered again.
+//!
+//! Tests: `.ci/dovecot.sh start` (as root) runs a throwaway Dovecot and prints the environment
+//! the poller tests read; without `SWITCHYARD_TEST_IMAP` they are skipped (failed under
+//! `CI=true`):
+//! `export $(.ci/dovecot.sh start | grep ^SWITCHYARD_) && cargo test -p switchyard-email`.
 
 mod config;
 mod error;

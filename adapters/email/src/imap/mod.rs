@@ -40,7 +40,8 @@ pub struct PollerOptions {
     pub idle_timeout: Duration,
     /// The longest any one IMAP exchange may take (connect, login, one fetch batch, ...).
     pub io_timeout: Duration,
-    /// How many messages one `UID FETCH` asks for.
+    /// How many messages one `UID FETCH` asks for; they are held in memory together, so this
+    /// times the largest message is the poller's peak memory.
     pub fetch_batch: usize,
     /// From this many consecutive failures on, each failure is logged at ERROR, not WARN.
     pub error_after_failures: u32,
@@ -56,7 +57,7 @@ impl Default for PollerOptions {
             lease_renew_interval: Duration::from_secs(20),
             idle_timeout: Duration::from_secs(5 * 60),
             io_timeout: Duration::from_secs(60),
-            fetch_batch: 25,
+            fetch_batch: 10,
             error_after_failures: 5,
             use_move: true,
         }

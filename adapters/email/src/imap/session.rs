@@ -285,13 +285,9 @@ impl<S: MailboxSink> Poller<S> {
         }
         let set = uid_set(uids);
         let action = after_intake(session, &self.config.after_intake, &set, features);
-        guarded(
-            &mut self.shutdown,
-            self.options.io_timeout,
-            "after_intake",
-            action,
-        )
-        .await?
+        // Not abandoned on shutdown: these messages are recorded and behind the cursor, so this
+        // is the only chance to mark or move them.
+        transport::bounded(self.options.io_timeout, "after_intake", action).await?
     }
 
     /// IDLE until the server reports a change, `renew_at` or `idle_timeout` comes, then DONE.
