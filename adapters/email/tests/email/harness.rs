@@ -31,8 +31,8 @@ pub fn server() -> Option<(String, u16)> {
             panic!("SWITCHYARD_TEST_IMAP is not set; CI must start .ci/dovecot.sh");
         }
         eprintln!(
-            "SKIPPED: SWITCHYARD_TEST_IMAP is not set. Run `sudo .ci/dovecot.sh start` and \
-             `SWITCHYARD_TEST_IMAP=127.0.0.1:10143 cargo test -p switchyard-email`"
+            "SKIPPED: SWITCHYARD_TEST_IMAP is not set. Run (as root) \
+             `export $(.ci/dovecot.sh start | grep ^SWITCHYARD_)` first"
         );
         return None;
     };
