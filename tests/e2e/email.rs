@@ -409,3 +409,45 @@ fn dovecot(command: &str) {
         .expect("run .ci/dovecot.sh");
     assert!(status.success(), ".ci/dovecot.sh {command} failed");
 }
+
+#[tokio::test]
+async fn a_reload_starts_and_stops_mailbox_pollers() {
+    let Some(addr) = imap_server() else { return };
+    let _shared = SERVER.read().await;
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let (source, mailbox) = (unique("inbox"), unique("box"));
+    let mut client = imap(&addr).await;
+    recreate(&mut client, &mailbox).await;
+    let with_mailbox = email_config(&db, &addr, &source, &mailbox);
+    let without = config(&db, "");
+    let daemon = start(&db, &without).await;
+    append(&mut client, &mailbox, &message("reload", 1, "")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(daemon.intake("").await.is_empty(), "no email source yet");
+
+    daemon.reload(&with_mailbox);
+    let rows = wait_for_rows(&daemon, &source, 1, Duration::from_secs(20)).await;
+    assert_eq!(rows[0]["outcome"], "routed");
+    let sources = daemon.get("/v1/sources").await;
+    assert_eq!(sources["sources"][0]["name"], source.as_str());
+
+    // Removing the source stops its poller: new mail stays unread.
+    daemon.reload(&without);
+    assert!(
+        daemon
+            .wait_for_log("stopping the mailbox poller", Duration::from_secs(10))
+            .await,
+        "{}",
+        daemon.logs()
+    );
+    append(&mut client, &mailbox, &message("reload", 2, "")).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(daemon.intake("").await.len(), 1);
+    assert_eq!(
+        daemon.get("/v1/sources").await["sources"],
+        serde_json::json!([])
+    );
+    daemon.stop();
+}
