@@ -1,0 +1,158 @@
+//! The daemon's generated `switchyard.toml`, its secrets, and how it is started.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+use crate::args::BenchArgs;
+
+/// Bearer token for `/v1/events` (passed in `BENCH_API_TOKEN`).
+pub const API_TOKEN: &str = "bench-token";
+/// Signing secret of the webhook source (passed in `BENCH_ZENDESK_SECRET`).
+pub const WEBHOOK_SECRET: &str = "bench-zendesk-signing-secret";
+/// Name of the webhook source: `POST /v1/ingest/webhook/zendesk`.
+pub const WEBHOOK_SOURCE: &str = "zendesk";
+
+/// A config with the webhook source and the two live workflows the load triggers (`triage`
+/// wins, `tagging` is outranked), on `database_url`.
+pub fn load_config(database_url: &str, durability: &str) -> String {
+    format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+api_token_env = "BENCH_API_TOKEN"
+
+[database]
+url = "{database_url}"
+durability = "{durability}"
+
+[[source]]
+kind = "webhook"
+name = "{WEBHOOK_SOURCE}"
+tenant = "acme"
+signing_secret_env = "BENCH_ZENDESK_SECRET"
+account_id = 22129848
+# A soak run reuses nothing, but a long run must not outlive the default 5-minute window
+# because of the generator's clock: signatures are made per request with the current time.
+timestamp_tolerance = "1h"
+
+[[workflow]]
+id = "triage"
+tenant = "acme"
+status = "live"
+triggers = [
+  {{ channel = "webhook", event_type = "ticket.created", priority = 100 }},
+  {{ channel = "web_form", event_type = "ticket.created", priority = 100 }},
+]
+
+[[workflow]]
+id = "tagging"
+tenant = "acme"
+status = "live"
+triggers = [ {{ channel = "webhook", event_type = "ticket.created", priority = 50 }} ]
+"#
+    )
+}
+
+/// Event types the startup config spreads its triggers over.
+const EVENT_TYPES: [&str; 10] = [
+    "ticket.created",
+    "ticket.updated",
+    "ticket.solved",
+    "ticket.comment_added",
+    "ticket.status_changed",
+    "ticket.priority_changed",
+    "urgent_message",
+    "message",
+    "email.received",
+    "form.submitted",
+];
+const CHANNELS: [&str; 5] = ["webhook", "slack", "email", "web_form", "chat"];
+
+/// A config with `count` live workflows over 100 tenants, two triggers each.
+pub fn many_workflows_config(database_url: &str, count: usize) -> String {
+    let mut text = load_config(database_url, "full");
+    for i in 0..count {
+        let tenant = i % 100;
+        let (a, b) = (i % EVENT_TYPES.len(), (i / 7) % EVENT_TYPES.len());
+        let _ = write!(
+            text,
+            "\n[[workflow]]\nid = \"wf-{i:05}\"\ntenant = \"tenant-{tenant:03}\"\nstatus = \"live\"\n\
+             lock_ttl = \"10m\"\ntriggers = [\n  {{ channel = \"{}\", event_type = \"{}\", priority = {} }},\n  \
+             {{ channel = \"{}\", event_type = \"{}\", priority = {} }},\n]\n",
+            CHANNELS[i % CHANNELS.len()],
+            EVENT_TYPES[a],
+            i % 1000,
+            CHANNELS[(i / 3) % CHANNELS.len()],
+            EVENT_TYPES[b],
+            (i * 7) % 1000,
+        );
+    }
+    text
+}
+
+/// The release daemon: `--daemon-bin`/`SWITCHYARD_BIN`, else `switchyard` beside this binary
+/// (both are in target/release after `cargo build --release`), else target/release of the
+/// workspace or `CARGO_TARGET_DIR`.
+pub fn daemon_binary(args: &BenchArgs) -> anyhow::Result<PathBuf> {
+    if let Some(path) = &args.daemon_bin {
+        return Ok(path.clone());
+    }
+    let mut candidates = Vec::new();
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+        && dir.ends_with("release")
+    {
+        candidates.push(dir.join("switchyard"));
+    }
+    if let Ok(dir) = std::env::var("CARGO_TARGET_DIR") {
+        candidates.push(Path::new(&dir).join("release/switchyard"));
+    }
+    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/switchyard"));
+    match candidates.iter().find(|path| path.is_file()) {
+        Some(path) => Ok(path.clone()),
+        None => bail!(
+            "no release daemon binary at {}: run `cargo build --release -p switchyard` first, \
+             or pass --daemon-bin",
+            candidates
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `switchyard serve` on `config_path`, with the bench's secrets, JSON logs and `--daemon-env`.
+pub fn daemon_command(args: &BenchArgs, binary: &Path, config_path: &Path) -> Command {
+    let mut command = Command::new(binary);
+    command
+        .args(["serve", "--config"])
+        .arg(config_path)
+        .env("BENCH_API_TOKEN", API_TOKEN)
+        .env("BENCH_ZENDESK_SECRET", WEBHOOK_SECRET)
+        .env("SWITCHYARD_LOG_FORMAT", "json")
+        .env("RUST_LOG", &args.daemon_log)
+        .envs(args.daemon_env.iter().map(|(name, value)| (name, value)));
+    command
+}
+
+/// Writes `text` as `switchyard.toml` in `dir`.
+pub fn write_config(dir: &Path, text: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join("switchyard.toml");
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_startup_config_has_the_requested_workflows() {
+        let text = many_workflows_config("sqlite://x.db", 50);
+        let value: toml::Value = toml::from_str(&text).expect("TOML");
+        assert_eq!(value["workflow"].as_array().map(Vec::len), Some(52));
+    }
+}
