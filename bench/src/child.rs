@@ -20,6 +20,9 @@ struct Logs {
     head: Vec<String>,
     tail: std::collections::VecDeque<String>,
     addr: Option<SocketAddr>,
+    /// WARN and ERROR lines seen, and the first of them.
+    warnings: u64,
+    first_warning: Option<String>,
 }
 
 /// A running server.
@@ -85,6 +88,12 @@ impl Server {
         self.lines.load(Ordering::Relaxed)
     }
 
+    /// How many WARN/ERROR lines the server logged, and the first one.
+    pub fn warnings(&self) -> (u64, Option<String>) {
+        let logs = lock(&self.logs);
+        (logs.warnings, logs.first_warning.clone())
+    }
+
     /// The first and the latest log lines, for error messages.
     pub fn log_excerpt(&self) -> String {
         let logs = lock(&self.logs);
@@ -143,6 +152,12 @@ fn drain(stderr: std::process::ChildStderr, logs: &Mutex<Logs>, count: &AtomicU6
             logs.addr = listening_addr(&line);
         }
         let text = line.trim_end().to_owned();
+        if text.contains(r#""level":"WARN""#) || text.contains(r#""level":"ERROR""#) {
+            logs.warnings += 1;
+            if logs.first_warning.is_none() {
+                logs.first_warning = Some(text.clone());
+            }
+        }
         if logs.head.len() < KEPT_LINES {
             logs.head.push(text);
         } else {

@@ -67,6 +67,8 @@ pub struct BackendResult {
     pub cells: Vec<Cell>,
     /// Log lines the daemon wrote (one per decided delivery at `info`).
     pub daemon_log_lines: u64,
+    /// WARN/ERROR lines among them, and the first one.
+    pub daemon_warnings: (u64, Option<String>),
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -272,6 +274,7 @@ async fn run_backend_on(
     let daemon = &servers[0].1;
     let after = procfs::memory(daemon.pid()).unwrap_or_default();
     let daemon_log_lines = daemon.log_lines();
+    let daemon_warnings = daemon.warnings();
     for (_, server) in servers {
         server.stop();
     }
@@ -281,5 +284,6 @@ async fn run_backend_on(
         after,
         cells,
         daemon_log_lines,
+        daemon_warnings,
     })
 }

@@ -100,13 +100,20 @@ pub fn print_backend(args: &BenchArgs, result: &BackendResult) {
     println!("## {}\n", backend.name());
     println!(
         "Daemon RSS idle after start: {:.1} MiB (peak so far {:.1} MiB); idle after all load: {:.1} MiB (peak {:.1} MiB). \
-         Daemon log lines written: {}.\n",
+         Daemon log lines written: {}, of which WARN/ERROR: {}.\n",
         mib(result.idle.rss_kib),
         mib(result.idle.hwm_kib),
         mib(result.after.rss_kib),
         mib(result.after.hwm_kib),
-        result.daemon_log_lines
+        result.daemon_log_lines,
+        result.daemon_warnings.0
     );
+    if let Some(first) = &result.daemon_warnings.1 {
+        println!(
+            "First daemon warning: `{}`\n",
+            first.chars().take(400).collect::<String>()
+        );
+    }
     println!(
         "| scenario | conc | server | answers/s | routed/s | p50 ms | p99 ms | max ms | errors | outcomes | server CPU | CPU µs/answer | gen CPU | other CPU | RSS / peak MiB |"
     );
