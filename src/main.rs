@@ -8,6 +8,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 /// Turns work arriving on many channels into exactly one workflow run, or a named reason why not.
+// The intake path allocates many small, short-lived buffers; mimalloc cut CPU per answer by a
+// quarter against the system allocator in the load benchmark (BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {

@@ -68,11 +68,14 @@ impl MigrationTrait for Migration {
             .await?;
         manager
             .create_index(
+                // delivery_id leads (in this and the lease key below): the writer looks up a
+                // batch as `source = ? AND delivery_id IN (...)`, and PostgreSQL without table
+                // statistics only probes per key when the IN column leads the index.
                 Index::create()
-                    .name("intake_source_delivery")
+                    .name("intake_delivery_source")
                     .table("intake")
-                    .col("source")
                     .col("delivery_id")
+                    .col("source")
                     .unique()
                     .to_owned(),
             )
@@ -82,10 +85,11 @@ impl MigrationTrait for Migration {
         manager
             .create_index(
                 Index::create()
-                    .name("intake_source_message_key")
+                    .name("intake_message_key_source")
                     .table("intake")
-                    .col("source")
+                    // message_key first: this index must never look like a way to scan a source.
                     .col("message_key")
+                    .col("source")
                     .unique()
                     .to_owned(),
             )
@@ -153,7 +157,7 @@ impl MigrationTrait for Migration {
                     .col(big_integer("fencing_token"))
                     .col(big_integer("expires_at"))
                     .col(big_integer("updated_at"))
-                    .primary_key(Index::create().col("tenant_id").col("target_entity_id"))
+                    .primary_key(Index::create().col("target_entity_id").col("tenant_id"))
                     .to_owned(),
             )
             .await?;

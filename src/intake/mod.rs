@@ -199,13 +199,17 @@ impl Intake {
     pub async fn submit(&self, delivery: Delivery) -> Result<Answer, StoreUnavailable> {
         let (reply, answer) = oneshot::channel();
         let shard = &self.shards[self.shard_of(&delivery)];
+        // Logged here, in the sender's task, so the single writer never waits on log I/O.
+        let logged = LogFields::of(&delivery);
         shard
             .send(Pending { delivery, reply })
             .await
             .map_err(|_| StoreUnavailable("the intake writer has stopped".into()))?;
-        answer
+        let answer = answer
             .await
-            .map_err(|_| StoreUnavailable("the intake writer dropped the delivery".into()))?
+            .map_err(|_| StoreUnavailable("the intake writer dropped the delivery".into()))??;
+        logged.log(&answer);
+        Ok(answer)
     }
 
     /// Events on one entity go to one writer, so they never contend across writers; copies of
@@ -222,6 +226,42 @@ impl Intake {
             _ => (&delivery.source, &delivery.delivery_id).hash(&mut hasher),
         }
         (hasher.finish() % self.shards.len() as u64) as usize
+    }
+}
+
+/// What the decision log line says about the delivery.
+struct LogFields {
+    source: String,
+    delivery_id: String,
+    tenant_id: Option<String>,
+}
+
+impl LogFields {
+    fn of(delivery: &Delivery) -> Self {
+        let event = match &delivery.body {
+            DeliveryBody::Route(event) => Some(event),
+            DeliveryBody::Ineligible { event, .. } => event.as_ref(),
+            DeliveryBody::Invalid { .. } => None,
+        };
+        Self {
+            source: delivery.source.clone(),
+            delivery_id: delivery.delivery_id.clone(),
+            tenant_id: event.map(|e| e.tenant_id.clone()),
+        }
+    }
+
+    fn log(&self, answer: &Answer) {
+        tracing::info!(
+            outcome = %answer.outcome,
+            source = %self.source,
+            delivery_id = %self.delivery_id,
+            tenant_id = self.tenant_id.as_deref(),
+            run_id = answer.run_id.as_deref(),
+            workflow_id = answer.workflow_id.as_deref(),
+            held_by_run_id = answer.held_by_run_id.as_deref(),
+            detail = answer.detail.as_deref(),
+            "intake decided"
+        );
     }
 }
 

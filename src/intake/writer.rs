@@ -40,7 +40,6 @@ async fn decide(db: &DatabaseConnection, live: &Live, batch: Vec<Pending>) {
     match commit_with_retries(db, live, &deliveries).await {
         Ok(answers) => {
             for (pending, answer) in batch.into_iter().zip(answers) {
-                log_decision(&pending.delivery, &answer);
                 let _ = pending.reply.send(Ok(answer));
             }
         }
@@ -375,23 +374,4 @@ fn duplicate_of(first: &intake::Model) -> Answer {
         first_outcome: Some(first_answer.outcome),
         ..first_answer
     }
-}
-
-fn log_decision(delivery: &Delivery, answer: &Answer) {
-    let tenant_id = match &delivery.body {
-        DeliveryBody::Route(event) => Some(event.tenant_id.as_str()),
-        DeliveryBody::Ineligible { event, .. } => event.as_ref().map(|e| e.tenant_id.as_str()),
-        DeliveryBody::Invalid { .. } => None,
-    };
-    tracing::info!(
-        outcome = %answer.outcome,
-        source = %delivery.source,
-        delivery_id = %delivery.delivery_id,
-        tenant_id,
-        run_id = answer.run_id.as_deref(),
-        workflow_id = answer.workflow_id.as_deref(),
-        held_by_run_id = answer.held_by_run_id.as_deref(),
-        detail = answer.detail.as_deref(),
-        "intake decided"
-    );
 }

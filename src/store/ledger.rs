@@ -3,8 +3,7 @@
 use std::collections::HashMap;
 
 use sea_orm::{
-    ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
 };
 
 use super::entities::{intake, raw_delivery};
@@ -56,25 +55,41 @@ pub async fn claimed_messages<C: ConnectionTrait>(
         .collect())
 }
 
-/// Ledger rows whose `(source, column)` is one of `keys`.
+/// Ledger rows whose `(source, column)` is one of `keys`: one `source = ? AND column IN (...)`
+/// per source, which every database answers with index probes. (A chain of `OR`ed pairs can
+/// make PostgreSQL scan the whole source until the table has statistics.)
 async fn rows_matching<C: ConnectionTrait>(
     db: &C,
     column: intake::Column,
     keys: &[(&str, &str)],
 ) -> Result<Vec<intake::Model>, DbErr> {
     let mut rows = Vec::new();
-    for chunk in keys.chunks(200) {
-        let mut any = Condition::any();
-        for (source, value) in chunk {
-            any = any.add(
-                Condition::all()
-                    .add(intake::Column::Source.eq(*source))
-                    .add(column.eq(*value)),
+    for (source, values) in group_by_first(keys) {
+        for chunk in values.chunks(500) {
+            rows.extend(
+                intake::Entity::find()
+                    .filter(intake::Column::Source.eq(source))
+                    .filter(column.is_in(chunk.iter().copied()))
+                    .all(db)
+                    .await?,
             );
         }
-        rows.extend(intake::Entity::find().filter(any).all(db).await?);
     }
     Ok(rows)
+}
+
+/// `(a, b)` pairs grouped by `a`, each group's `b`s deduplicated, in a stable order.
+fn group_by_first<'a>(
+    pairs: &[(&'a str, &'a str)],
+) -> std::collections::BTreeMap<&'a str, Vec<&'a str>> {
+    let mut groups: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
+    for (first, second) in pairs {
+        let group = groups.entry(first).or_default();
+        if !group.contains(second) {
+            group.push(second);
+        }
+    }
+    groups
 }
 
 /// One stored original delivery.

@@ -16,6 +16,10 @@ use switchyard_migrations::Migrator;
 
 use crate::config::{DatabaseConfig, Durability};
 
+/// Prepared statements kept per connection. The writer's multi-row statements differ by batch
+/// size (1 to 256 rows, several statements each); sqlx's default of 100 re-prepared them.
+const STATEMENT_CACHE: usize = 2048;
+
 /// Opens the pool. SQLite runs in WAL mode with `synchronous` per the configured durability,
 /// so a commit is on disk before any answer is sent.
 pub async fn connect(url: &str, config: &DatabaseConfig) -> Result<DatabaseConnection, DbErr> {
@@ -40,7 +44,12 @@ pub async fn connect(url: &str, config: &DatabaseConfig) -> Result<DatabaseConne
             opts.journal_mode(SqliteJournalMode::Wal)
                 .synchronous(synchronous)
                 .busy_timeout(Duration::from_secs(5))
+                .statement_cache_capacity(STATEMENT_CACHE)
         });
+    } else {
+        options
+            .map_sqlx_postgres_opts(|opts| opts.statement_cache_capacity(STATEMENT_CACHE))
+            .map_sqlx_mysql_opts(|opts| opts.statement_cache_capacity(STATEMENT_CACHE));
     }
     Database::connect(options).await
 }
