@@ -55,6 +55,14 @@ async fn recreate(client: &mut Client, mailbox: &str) {
     client.create(mailbox).await.expect("create mailbox");
 }
 
+/// A new, empty mailbox with a unique name, a unique source name to read it as, and a client.
+async fn fresh_mailbox(addr: &str) -> (String, String, Client) {
+    let (source, mailbox) = (unique("inbox"), unique("box"));
+    let mut client = imap(addr).await;
+    recreate(&mut client, &mailbox).await;
+    (source, mailbox, client)
+}
+
 async fn append(client: &mut Client, mailbox: &str, raw: &[u8]) {
     client
         .append(mailbox, None, None, raw)
@@ -138,9 +146,7 @@ async fn new_mail_routes_and_a_reply_in_the_thread_is_entity_locked() {
     let Some(addr) = imap_server() else { return };
     let _shared = SERVER.read().await;
     for db in TestDb::all().await {
-        let (source, mailbox) = (unique("inbox"), unique("box"));
-        let mut client = imap(&addr).await;
-        recreate(&mut client, &mailbox).await;
+        let (source, mailbox, mut client) = fresh_mailbox(&addr).await;
         let daemon = start(&db, &email_config(&db, &addr, &source, &mailbox)).await;
 
         append(&mut client, &mailbox, &message("thread", 1, "")).await;
@@ -190,9 +196,7 @@ async fn a_killed_daemon_neither_loses_nor_repeats_messages() {
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };
-    let (source, mailbox) = (unique("inbox"), unique("box"));
-    let mut client = imap(&addr).await;
-    recreate(&mut client, &mailbox).await;
+    let (source, mailbox, mut client) = fresh_mailbox(&addr).await;
     // The same file both times: a restarted daemon reclaims its own poller lease at once.
     let path = db.dir.path().join("crash.toml");
     std::fs::write(&path, email_config(&db, &addr, &source, &mailbox)).expect("write config");
@@ -231,9 +235,7 @@ async fn a_uidvalidity_change_causes_no_duplicates_and_a_bad_message_blocks_noth
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };
-    let (source, mailbox) = (unique("inbox"), unique("box"));
-    let mut client = imap(&addr).await;
-    recreate(&mut client, &mailbox).await;
+    let (source, mailbox, mut client) = fresh_mailbox(&addr).await;
     let daemon = start(&db, &email_config(&db, &addr, &source, &mailbox)).await;
 
     append(&mut client, &mailbox, &message("uv", 1, "")).await;
@@ -276,9 +278,7 @@ async fn auto_replies_and_own_mail_are_ineligible() {
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };
-    let (source, mailbox) = (unique("inbox"), unique("box"));
-    let mut client = imap(&addr).await;
-    recreate(&mut client, &mailbox).await;
+    let (source, mailbox, mut client) = fresh_mailbox(&addr).await;
     let daemon = start(&db, &email_config(&db, &addr, &source, &mailbox)).await;
     append(
         &mut client,
@@ -314,9 +314,7 @@ async fn a_server_outage_is_visible_in_readyz_and_survived() {
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };
-    let (source, mailbox) = (unique("inbox"), unique("box"));
-    let mut client = imap(&addr).await;
-    recreate(&mut client, &mailbox).await;
+    let (source, mailbox, mut client) = fresh_mailbox(&addr).await;
     let daemon = start(&db, &email_config(&db, &addr, &source, &mailbox)).await;
     append(&mut client, &mailbox, &message("outage", 1, "")).await;
     wait_for_rows(&daemon, &source, 1, Duration::from_secs(20)).await;
@@ -373,9 +371,7 @@ async fn two_daemons_on_one_database_poll_a_mailbox_once() {
         Some(db) => db,
         None => TestDb::create(Backend::Sqlite).await.expect("sqlite"),
     };
-    let (source, mailbox) = (unique("inbox"), unique("box"));
-    let mut client = imap(&addr).await;
-    recreate(&mut client, &mailbox).await;
+    let (source, mailbox, mut client) = fresh_mailbox(&addr).await;
     let text = email_config(&db, &addr, &source, &mailbox);
     let a = start(&db, &text).await;
     let b = start(&db, &text).await;
@@ -417,9 +413,7 @@ async fn a_reload_starts_and_stops_mailbox_pollers() {
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };
-    let (source, mailbox) = (unique("inbox"), unique("box"));
-    let mut client = imap(&addr).await;
-    recreate(&mut client, &mailbox).await;
+    let (source, mailbox, mut client) = fresh_mailbox(&addr).await;
     let with_mailbox = email_config(&db, &addr, &source, &mailbox);
     let without = config(&db, "");
     let daemon = start(&db, &without).await;
