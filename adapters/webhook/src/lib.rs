@@ -118,7 +118,7 @@ mod signature;
 
 pub use config::{ConfigError, WebhookSourceConfig};
 pub use normalize::{NormalizeError, normalize};
-pub use payload::{CommentPayload, Connection, TicketPayload};
+pub use payload::{CommentPayload, Connection, TicketFields, TicketPayload};
 pub use signature::{
     Headers, INVOCATION_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, VerifyError, sign, verify,
 };

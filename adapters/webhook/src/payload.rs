@@ -23,28 +23,9 @@ pub enum Connection {
 pub struct TicketPayload {
     /// The ticket id as a string; also the event's `target_entity_id`.
     pub ticket_id: String,
-    pub subject: Option<String>,
-    pub description: Option<String>,
-    /// Lower case: `new`, `open`, `pending`, `hold`, `solved`, `closed` (and, from events,
-    /// `deleted`, `archived`, `scrubbed`).
-    pub status: Option<String>,
-    /// Lower case: `low`, `normal`, `high`, `urgent`.
-    pub priority: Option<String>,
-    /// Lower case: `question`, `incident`, `problem`, `task`.
-    pub ticket_type: Option<String>,
-    pub requester_id: Option<String>,
-    pub assignee_id: Option<String>,
-    pub organization_id: Option<String>,
-    pub group_id: Option<String>,
-    pub external_id: Option<String>,
-    pub tags: Vec<String>,
-    /// Lower snake case, e.g. `web_service`, `email` (events) or `web_form`, `mail` (the
-    /// `{{ticket.via}}` placeholder renders display names).
-    pub via_channel: Option<String>,
-    /// RFC 3339 UTC.
-    pub created_at: Option<String>,
-    /// RFC 3339 UTC.
-    pub updated_at: Option<String>,
+    /// The ticket's fields, at the top level of the JSON.
+    #[serde(flatten)]
+    pub ticket: TicketFields,
     /// When Zendesk says the event happened (event subscriptions' `time`), RFC 3339 UTC.
     pub occurred_at: Option<String>,
     /// The event-specific part; its shape depends on `event_type` (see the crate docs).
@@ -70,11 +51,16 @@ pub struct CommentPayload {
 }
 
 /// The ticket fields shared by both shapes: an event's `detail` or a trigger body's `ticket`.
-pub(crate) struct TicketFields {
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TicketFields {
     pub subject: Option<String>,
     pub description: Option<String>,
+    /// Lower case: `new`, `open`, `pending`, `hold`, `solved`, `closed` (and, from events,
+    /// `deleted`, `archived`, `scrubbed`).
     pub status: Option<String>,
+    /// Lower case: `low`, `normal`, `high`, `urgent`.
     pub priority: Option<String>,
+    /// Lower case: `question`, `incident`, `problem`, `task`.
     pub ticket_type: Option<String>,
     pub requester_id: Option<String>,
     pub assignee_id: Option<String>,
@@ -82,8 +68,12 @@ pub(crate) struct TicketFields {
     pub group_id: Option<String>,
     pub external_id: Option<String>,
     pub tags: Vec<String>,
+    /// Lower snake case, e.g. `web_service`, `email` (events) or `web_form`, `mail` (the
+    /// `{{ticket.via}}` placeholder renders display names).
     pub via_channel: Option<String>,
+    /// RFC 3339 UTC.
     pub created_at: Option<String>,
+    /// RFC 3339 UTC.
     pub updated_at: Option<String>,
 }
 

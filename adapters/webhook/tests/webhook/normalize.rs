@@ -61,8 +61,8 @@ fn status_changed_event() {
         payload.event,
         json!({"previous": "open", "current": "solved"})
     );
-    assert_eq!(payload.status.as_deref(), Some("solved"));
-    assert_eq!(payload.organization_id, None);
+    assert_eq!(payload.ticket.status.as_deref(), Some("solved"));
+    assert_eq!(payload.ticket.organization_id, None);
     snapshot("status_changed", &normalized);
 }
 
@@ -75,7 +75,7 @@ fn trigger_body_with_numeric_ids() {
     assert_eq!(normalized.delivery_id, "01JH6Q3M8X4ZQK2V5N7R9T1W3Y");
     let payload = payload(&normalized);
     assert_eq!(payload.connection, Connection::Trigger);
-    assert_eq!(payload.requester_id.as_deref(), Some("20978392"));
+    assert_eq!(payload.ticket.requester_id.as_deref(), Some("20978392"));
     assert_eq!(routed(&normalized).target_entity_id, "35436");
     snapshot("trigger_numeric_ids", &normalized);
 }
@@ -84,9 +84,9 @@ fn trigger_body_with_numeric_ids() {
 fn trigger_body_with_space_separated_tags() {
     let normalized = ok(&fixture("trigger_space_tags.json"), Some("inv-7"));
     let payload = payload(&normalized);
-    assert_eq!(payload.tags, ["vip", "billing", "refund_requested"]);
-    assert_eq!(payload.status.as_deref(), Some("hold"));
-    assert_eq!(payload.assignee_id, None);
+    assert_eq!(payload.ticket.tags, ["vip", "billing", "refund_requested"]);
+    assert_eq!(payload.ticket.status.as_deref(), Some("hold"));
+    assert_eq!(payload.ticket.assignee_id, None);
     snapshot("trigger_space_tags", &normalized);
 }
 
