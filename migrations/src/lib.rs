@@ -5,6 +5,8 @@ use sea_orm_migration::prelude::*;
 
 mod m0001_initial;
 
+pub use m0001_initial::KEY_LEN;
+
 /// Every migration, oldest first.
 #[derive(Debug)]
 pub struct Migrator;

@@ -5,6 +5,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use switchyard_core::{Channel, Trigger, Workflow, WorkflowStatus};
 
+use crate::store::MAX_KEY_LEN;
+
 /// One workflow.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,9 +37,6 @@ pub struct TriggerConfig {
     pub priority: i32,
 }
 
-/// Longest identifier the store indexes (tenant, workflow id, event type).
-pub const MAX_ID_LEN: usize = 255;
-
 impl WorkflowConfig {
     /// Everything wrong with this workflow, each naming it.
     pub fn problems(&self) -> Vec<String> {
@@ -46,9 +45,9 @@ impl WorkflowConfig {
         for (field, value) in [("id", id), ("tenant", &self.tenant)] {
             if value.trim().is_empty() {
                 problems.push(format!("workflow `{id}`: `{field}` must not be empty"));
-            } else if value.len() > MAX_ID_LEN || value.contains('\u{1f}') {
+            } else if value.len() > MAX_KEY_LEN || value.contains('\u{1f}') {
                 problems.push(format!(
-                    "workflow `{id}`: `{field}` must be at most {MAX_ID_LEN} bytes of printable text"
+                    "workflow `{id}`: `{field}` must be at most {MAX_KEY_LEN} bytes of printable text"
                 ));
             }
         }
@@ -67,9 +66,9 @@ impl WorkflowConfig {
                     problems.push(format!("workflow `{id}`: {error}"));
                 }
             }
-            if trigger.event_type.trim().is_empty() || trigger.event_type.len() > MAX_ID_LEN {
+            if trigger.event_type.trim().is_empty() || trigger.event_type.len() > MAX_KEY_LEN {
                 problems.push(format!(
-                    "workflow `{id}`: trigger event_type must be 1 to {MAX_ID_LEN} bytes"
+                    "workflow `{id}`: trigger event_type must be 1 to {MAX_KEY_LEN} bytes"
                 ));
             }
         }

@@ -15,11 +15,10 @@ use uuid::Uuid;
 use super::AppState;
 use super::intake_answer::{self, Style};
 use crate::intake::{Delivery, DeliveryBody, Raw};
+use crate::store::MAX_KEY_LEN;
 
 /// The source name of deliveries to this endpoint.
 pub const API_SOURCE: &str = "api";
-/// Longest id the store indexes.
-const MAX_ID_LEN: usize = 255;
 
 /// A canonical event as a sender posts it: `raw_ref` may be left out (it then points at the
 /// stored request body).
@@ -53,9 +52,9 @@ async fn post_event(
     let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
         return invalid("missing `Idempotency-Key` header: it is the delivery id".into());
     };
-    if key.trim().is_empty() || key.len() > MAX_ID_LEN {
+    if key.trim().is_empty() || key.len() > MAX_KEY_LEN {
         return invalid(format!(
-            "`Idempotency-Key` must be 1 to {MAX_ID_LEN} characters"
+            "`Idempotency-Key` must be 1 to {MAX_KEY_LEN} characters"
         ));
     }
     let request: EventRequest = match serde_json::from_slice(&body) {
@@ -81,8 +80,8 @@ async fn post_event(
         ("tenant_id", &event.tenant_id),
         ("target_entity_id", &event.target_entity_id),
     ] {
-        if value.len() > MAX_ID_LEN {
-            return invalid(format!("`{field}` is longer than {MAX_ID_LEN} bytes"));
+        if value.len() > MAX_KEY_LEN {
+            return invalid(format!("`{field}` is longer than {MAX_KEY_LEN} bytes"));
         }
     }
     let mut delivery = Delivery::new(intake_id, API_SOURCE, key, DeliveryBody::Route(event));

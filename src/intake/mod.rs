@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::live::LiveConfig;
+use crate::store::MAX_KEY_LEN;
 
 /// One authenticated delivery, ready to be decided.
 #[derive(Debug)]
@@ -79,10 +80,10 @@ impl Delivery {
         Self {
             intake_id,
             source: source.into(),
-            delivery_id: bounded_delivery_id(delivery_id.into()),
+            delivery_id: bounded_key(delivery_id.into()),
             received_at: switchyard_router::now_millis(),
             raw: None,
-            body,
+            body: bounded_body(body),
             cursor: None,
             message_key: None,
         }
@@ -94,15 +95,53 @@ impl Delivery {
     }
 }
 
-/// Longest delivery id stored as given; longer ones (a pathological Message-ID, say) are
-/// stored as their digest, which identifies them just as well.
-const MAX_DELIVERY_ID_LEN: usize = 255;
-
-fn bounded_delivery_id(id: String) -> String {
-    if id.len() <= MAX_DELIVERY_ID_LEN {
+/// An id as stored: longer than the store's keys hold (a pathological Message-ID, say), it is
+/// replaced by its digest, which identifies it just as well and keeps locks and dedup exact.
+fn bounded_key(id: String) -> String {
+    if id.len() <= MAX_KEY_LEN {
         id
     } else {
         digest_id(id.as_bytes())
+    }
+}
+
+/// Keeps every adapter's events within what the store can index: an over-long entity id is
+/// digested; an over-long tenant or event type (which no trigger could name) makes the delivery
+/// `invalid_event`, recorded, instead of a database error that would refuse it forever.
+fn bounded_body(body: DeliveryBody) -> DeliveryBody {
+    let event = match &body {
+        DeliveryBody::Route(event) => event,
+        DeliveryBody::Ineligible {
+            event: Some(event), ..
+        } => event,
+        _ => return body,
+    };
+    for (field, value) in [
+        ("tenant_id", &event.tenant_id),
+        ("event_type", &event.event_type),
+    ] {
+        if value.len() > MAX_KEY_LEN {
+            return DeliveryBody::Invalid {
+                detail: format!("`{field}` is longer than {MAX_KEY_LEN} bytes"),
+            };
+        }
+    }
+    match body {
+        DeliveryBody::Route(mut event) => {
+            event.target_entity_id = bounded_key(event.target_entity_id);
+            DeliveryBody::Route(event)
+        }
+        DeliveryBody::Ineligible {
+            detail,
+            event: Some(mut event),
+        } => {
+            event.target_entity_id = bounded_key(event.target_entity_id);
+            DeliveryBody::Ineligible {
+                detail,
+                event: Some(event),
+            }
+        }
+        other => other,
     }
 }
 
@@ -270,5 +309,63 @@ impl std::fmt::Debug for Pending {
         f.debug_struct("Pending")
             .field("delivery", &self.delivery)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use switchyard_core::Channel;
+
+    use super::*;
+
+    fn event(event_type: &str, entity: &str) -> Event {
+        Event {
+            channel: Channel::Email,
+            event_type: event_type.into(),
+            tenant_id: "acme".into(),
+            target_entity_id: entity.into(),
+            payload: serde_json::json!({}),
+            raw_ref: "raw:x".into(),
+        }
+    }
+
+    #[test]
+    fn over_long_ids_are_digested_and_over_long_types_are_invalid() {
+        let long = "m".repeat(MAX_KEY_LEN + 1);
+        let delivery = Delivery::new(
+            Uuid::now_v7(),
+            "inbox",
+            long.clone(),
+            DeliveryBody::Route(event("email.reply", &long)),
+        );
+        assert_eq!(delivery.delivery_id, digest_id(long.as_bytes()));
+        let DeliveryBody::Route(routed) = &delivery.body else {
+            panic!("still routed: {delivery:?}");
+        };
+        assert_eq!(
+            routed.target_entity_id,
+            digest_id(long.as_bytes()),
+            "the same thread, the same lock key"
+        );
+
+        let short = Delivery::new(
+            Uuid::now_v7(),
+            "inbox",
+            "id",
+            DeliveryBody::Route(event("email.reply", "t@x")),
+        );
+        assert_eq!(short.delivery_id, "id");
+        assert!(matches!(&short.body, DeliveryBody::Route(e) if e.target_entity_id == "t@x"));
+
+        let invalid = Delivery::new(
+            Uuid::now_v7(),
+            "inbox",
+            "id2",
+            DeliveryBody::Route(event(&long, "t@x")),
+        );
+        assert!(
+            matches!(&invalid.body, DeliveryBody::Invalid { detail } if detail.contains("`event_type` is longer than")),
+            "{invalid:?}"
+        );
     }
 }

@@ -16,6 +16,9 @@ use switchyard_migrations::Migrator;
 
 use crate::config::{DatabaseConfig, Durability};
 
+/// Longest id or key the indexed columns hold (tenant, event type, entity, delivery id, ...).
+pub const MAX_KEY_LEN: usize = switchyard_migrations::KEY_LEN as usize;
+
 /// Prepared statements kept per connection. The writer's multi-row statements differ by batch
 /// size (1 to 256 rows, several statements each); sqlx's default of 100 re-prepared them.
 const STATEMENT_CACHE: usize = 2048;
