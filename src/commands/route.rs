@@ -19,12 +19,11 @@ struct SampleEvent {
     event_type: String,
     tenant_id: String,
     target_entity_id: String,
-    #[serde(default)]
-    #[allow(dead_code)]
-    payload: serde_json::Value,
-    #[serde(default)]
-    #[allow(dead_code)]
-    raw_ref: Option<String>,
+    /// Accepted so a whole canonical event file works; routing never reads it.
+    #[serde(default, rename = "payload")]
+    _payload: serde::de::IgnoredAny,
+    #[serde(default, rename = "raw_ref")]
+    _raw_ref: serde::de::IgnoredAny,
 }
 
 /// Prints the dry run's explanation.

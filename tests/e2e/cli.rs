@@ -183,13 +183,21 @@ async fn migrate_then_serve_without_migrating() {
     };
     let path = db.dir.path().join("m.toml");
     std::fs::write(&path, config(&db, WORKED_EXAMPLE)).expect("write");
+    let path_arg = path.to_str().unwrap_or_default();
+
+    // Without migrations, `serve --no-migrate` refuses to start and says what to do.
     let (ok, out) = run(
-        &["migrate", "--config", path.to_str().unwrap_or_default()],
-        &[],
+        &["serve", "--no-migrate", "--config", path_arg],
+        &[("SWITCHYARD_API_TOKEN", "t")],
     );
+    assert!(!ok, "{out}");
+    assert!(out.contains("switchyard migrate"), "{out}");
+
+    let (ok, out) = run(&["migrate", "--config", path_arg], &[]);
     assert!(ok, "{out}");
     assert!(out.contains("up to date"), "{out}");
-    let daemon = Daemon::start_with_file(&path, &[]).await;
+    let daemon = Daemon::start_serving(&path, &["--no-migrate"], &[]).await;
+    assert!(!daemon.logs().contains("Applying"), "{}", daemon.logs());
     let (_, routed) = daemon
         .post_event("m", &event("webhook", "ticket.created", "acme", "M"))
         .await;

@@ -200,10 +200,16 @@ impl Daemon {
     }
 
     pub async fn start_with_file(config_path: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_serving(config_path, &[], env).await
+    }
+
+    /// `switchyard serve --config FILE` with extra arguments (`--no-migrate`).
+    pub async fn start_serving(config_path: &Path, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut command = Command::new(binary());
         command
             .args(["serve", "--config"])
             .arg(config_path)
+            .args(args)
             .env("SWITCHYARD_API_TOKEN", TOKEN)
             .env("SWITCHYARD_LOG_FORMAT", "json")
             .env("RUST_LOG", "info")
