@@ -173,16 +173,8 @@ async fn new_mail_routes_and_a_reply_in_the_thread_is_entity_locked() {
 
         // The raw RFC 5322 bytes are kept for raw_ref.
         let raw_ref = rows[1]["event"]["raw_ref"].as_str().expect("raw_ref");
-        let stored = daemon
-            .client()
-            .get(daemon.url(&format!("/v1/raw/{raw_ref}")))
-            .bearer_auth(super::harness::TOKEN)
-            .send()
-            .await
-            .expect("raw")
-            .text()
-            .await
-            .expect("text");
+        let stored =
+            String::from_utf8(daemon.raw(raw_ref).await.expect("raw bytes")).expect("text");
         assert!(stored.contains("Message-ID: <thread-1@test.example>"));
         daemon.stop();
         db.drop_database().await;

@@ -325,6 +325,21 @@ impl Daemon {
         read(response).await
     }
 
+    /// `GET /v1/raw/{raw_ref}`: the stored original bytes, or the status when there are none.
+    pub async fn raw(&self, raw_ref: &str) -> Result<Vec<u8>, StatusCode> {
+        let response = self
+            .client
+            .get(self.url(&format!("/v1/raw/{raw_ref}")))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("GET raw");
+        match response.status() {
+            StatusCode::OK => Ok(response.bytes().await.expect("raw bytes").to_vec()),
+            status => Err(status),
+        }
+    }
+
     /// A raw request builder for tests that shape their own request.
     pub fn client(&self) -> &reqwest::Client {
         &self.client
@@ -405,6 +420,14 @@ pub fn event(channel: &str, event_type: &str, tenant: &str, entity: &str) -> Val
         "target_entity_id": entity,
         "payload": {"subject": "Printer on fire"},
     })
+}
+
+/// The `run_id` of a routed answer.
+pub fn run_id(answer: &Value) -> String {
+    answer["run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no run_id in {answer}"))
+        .to_owned()
 }
 
 /// A unique delivery/entity id for one test.

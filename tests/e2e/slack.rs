@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use switchyard_slack::sign;
 
-use super::harness::{Backend, Daemon, TOKEN, TestDb, config};
+use super::harness::{Backend, Daemon, TestDb, config, run_id};
 
 const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 const SECRET_ENV: (&str, &str) = ("SLACK_SIGNING_SECRET", SECRET);
@@ -138,13 +138,6 @@ impl Request {
     async fn send(&self, daemon: &Daemon) -> (StatusCode, Value) {
         self.send_to(daemon, SOURCE).await
     }
-}
-
-fn run_id(answer: &Value) -> String {
-    answer["run_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no run_id in {answer}"))
-        .to_owned()
 }
 
 /// Slack checks a request URL with a signed challenge: it must come back as plain text, and
@@ -458,19 +451,8 @@ async fn malformed_callbacks_are_invalid_event_answered_200_and_recorded() {
         assert_eq!(answer["detail"], *detail);
         let intake_id = answer["intake_id"].as_str().expect("recorded");
 
-        let raw = daemon
-            .client()
-            .get(daemon.url(&format!("/v1/raw/raw:{intake_id}")))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .expect("GET raw");
-        assert_eq!(raw.status(), StatusCode::OK, "{detail}");
-        assert_eq!(
-            raw.bytes().await.expect("bytes"),
-            body.as_slice(),
-            "{detail}"
-        );
+        let raw = daemon.raw(&format!("raw:{intake_id}")).await;
+        assert_eq!(raw.as_deref(), Ok(body.as_slice()), "{detail}");
     }
     let ledger = daemon.intake("outcome=invalid_event").await;
     assert_eq!(ledger.len(), cases.len());

@@ -308,15 +308,8 @@ async fn admin_api_serves_raw_bytes_workflows_and_health() {
         .expect("raw_ref")
         .to_owned();
     assert!(raw_ref.starts_with("raw:"));
-    let raw = daemon
-        .client()
-        .get(daemon.url(&format!("/v1/raw/{raw_ref}")))
-        .bearer_auth(super::harness::TOKEN)
-        .send()
-        .await
-        .expect("raw");
-    assert_eq!(raw.status(), StatusCode::OK);
-    let stored: Value = serde_json::from_slice(&raw.bytes().await.expect("bytes")).expect("json");
+    let raw = daemon.raw(&raw_ref).await.expect("raw bytes");
+    let stored: Value = serde_json::from_slice(&raw).expect("json");
     assert_eq!(stored, body, "the original delivery is kept byte for byte");
 
     let workflows = daemon.get("/v1/workflows").await;

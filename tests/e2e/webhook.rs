@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use switchyard_webhook::{INVOCATION_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 
-use super::harness::{Backend, Daemon, TOKEN, TestDb, config};
+use super::harness::{Backend, Daemon, TestDb, config, run_id};
 
 const SECRET: &str = "zendesk-acme-signing-secret";
 const SECRET_ENV: (&str, &str) = ("ZENDESK_ACME_SECRET", SECRET);
@@ -127,28 +127,6 @@ impl Delivery {
     async fn send(&self, daemon: &Daemon) -> (StatusCode, Value) {
         self.send_to(daemon, SOURCE).await
     }
-}
-
-/// `GET /v1/raw/{raw_ref}`: the stored bytes, or the status when there are none.
-async fn raw(daemon: &Daemon, raw_ref: &str) -> Result<Vec<u8>, StatusCode> {
-    let response = daemon
-        .client()
-        .get(daemon.url(&format!("/v1/raw/{raw_ref}")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("GET raw");
-    match response.status() {
-        StatusCode::OK => Ok(response.bytes().await.expect("raw bytes").to_vec()),
-        status => Err(status),
-    }
-}
-
-fn run_id(answer: &Value) -> String {
-    answer["run_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no run_id in {answer}"))
-        .to_owned()
 }
 
 /// The flow on every database: a signed `ticket.created` routes; the same delivery
@@ -336,7 +314,8 @@ async fn malformed_json_is_400_invalid_event_and_kept_byte_for_byte() {
 
     // The ledger row points at the raw delivery, whose id is the row's own.
     assert_eq!(ledger[0]["raw_ref"], format!("raw:{intake_id}").as_str());
-    let stored = raw(&daemon, &format!("raw:{intake_id}"))
+    let stored = daemon
+        .raw(&format!("raw:{intake_id}"))
         .await
         .expect("the raw bytes of an invalid delivery are kept");
     assert_eq!(stored, body, "kept byte for byte");
@@ -365,7 +344,7 @@ async fn invalid_rows_name_their_raw_ref_in_the_ledger() {
     let raw_ref = ledger[0]["raw_ref"]
         .as_str()
         .unwrap_or_else(|| panic!("the ledger row names no raw_ref: {}", ledger[0]));
-    assert_eq!(raw(&daemon, raw_ref).await.as_deref(), Ok(&body[..]));
+    assert_eq!(daemon.raw(raw_ref).await.as_deref(), Ok(&body[..]));
     daemon.stop();
 }
 
@@ -536,6 +515,6 @@ async fn the_ledger_event_has_the_documented_payload_and_the_configured_tenant()
         raw_ref,
         format!("raw:{}", ledger[0]["id"].as_str().unwrap_or_default())
     );
-    assert_eq!(raw(&daemon, raw_ref).await, Ok(body), "the original bytes");
+    assert_eq!(daemon.raw(raw_ref).await, Ok(body), "the original bytes");
     daemon.stop();
 }
