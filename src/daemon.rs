@@ -48,9 +48,8 @@ impl Daemon {
             "cannot record the workflows (is the database migrated? run `switchyard migrate`)",
         )?;
         log_revision(&live);
-        let writers = store::writer_count(&db, &database);
         let live = LiveConfig::new(live);
-        let intake = Intake::start(db.clone(), live.clone(), writers);
+        let intake = Intake::start(db.clone(), &url, &database, live.clone())?;
         let sources = Arc::new(SourceStatuses::default());
         let replica_id = live.current().settings.loaded.replica_id();
         let pollers = Pollers::new(db.clone(), intake.clone(), sources.clone(), replica_id);

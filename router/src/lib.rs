@@ -11,7 +11,7 @@ mod lock_batch;
 pub mod runs;
 
 pub use index::{Candidate, TriggerIndex};
-pub use lock_batch::{Decision, LockBatch};
+pub use lock_batch::{Decision, LockBatch, LockChanges, lock_leases};
 
 /// Milliseconds since the Unix epoch: how every time is stored.
 pub type Millis = i64;

@@ -1,20 +1,19 @@
 //! Entity leases for a batch of events decided in one transaction.
 //!
-//! The daemon's intake writer opens a transaction, [`LockBatch::load`]s the lease rows of every
-//! entity its batch touches (row-locked with `FOR UPDATE` on PostgreSQL and MySQL; SQLite
-//! serialises writers with `BEGIN IMMEDIATE`), decides each event in arrival order in memory
-//! with [`LockBatch::route`], then writes all changes with [`LockBatch::persist`] before the
-//! ledger rows, in the same transaction. A lease row that did not exist is created with a plain
+//! The daemon's intake writer opens a transaction, reads the lease rows of every entity its batch
+//! touches ([`lock_leases`]: row-locked with `FOR UPDATE` on PostgreSQL and MySQL; SQLite
+//! serialises writers with `BEGIN IMMEDIATE`) into a [`LockBatch::from_rows`], decides each
+//! event in arrival order in memory with [`LockBatch::route`], then writes all changes
+//! ([`LockBatch::into_changes`], written by [`LockChanges::persist`] or by the daemon's SQLite
+//! writer) before the ledger rows, in the same transaction. A lease row that did not exist is created with a plain
 //! `INSERT`: if another replica created it meanwhile, the insert fails and the caller retries
 //! the whole batch, which then sees that replica's lease.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use sea_orm::sea_query::OnConflict;
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect,
-};
+use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect};
 use uuid::Uuid;
 
 use crate::entities::{entity_lock, run};
@@ -53,20 +52,66 @@ struct Slot {
 pub struct LockBatch {
     now: Millis,
     slots: HashMap<(String, String), Slot>,
-    new_runs: Vec<run::ActiveModel>,
+    new_runs: Vec<run::Model>,
     expired_runs: Vec<String>,
+}
+
+/// Everything a batch decided, to be written in its transaction (by [`LockChanges::persist`],
+/// or by a caller that writes these tables itself).
+#[derive(Debug, Default)]
+pub struct LockChanges {
+    /// When the batch was decided: `updated_at` and `finished_at` of the expired runs.
+    pub now: Millis,
+    /// Lease rows that did not exist: a plain insert, so a concurrent creator makes it fail.
+    pub created: Vec<entity_lock::Model>,
+    /// Lease rows that existed (row-locked by the load) and now have another holder.
+    pub changed: Vec<entity_lock::Model>,
+    /// Runs created, status `queued`.
+    pub new_runs: Vec<run::Model>,
+    /// Queued runs whose expired lease another run took over: now `expired`.
+    pub expired_runs: Vec<String>,
 }
 
 /// Bounds one `IN (...)` list; well under every backend's parameter limit.
 const LOAD_CHUNK: usize = 200;
 
+/// Reads (and on PostgreSQL/MySQL row-locks until the transaction ends) the lease rows of
+/// `keys`, `(tenant_id, target_entity_id)` pairs: what [`LockBatch::from_rows`] takes.
+pub async fn lock_leases<C: ConnectionTrait>(
+    db: &C,
+    keys: &[(String, String)],
+) -> Result<Vec<entity_lock::Model>, DbErr> {
+    // One `tenant_id = ? AND target_entity_id IN (...)` per tenant: index probes on the
+    // primary key on every database, with or without table statistics.
+    let mut by_tenant: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (tenant_id, entity_id) in keys {
+        by_tenant.entry(tenant_id).or_default().insert(entity_id);
+    }
+    let mut rows = Vec::new();
+    for (tenant_id, entities) in by_tenant {
+        let entities: Vec<&str> = entities.into_iter().collect();
+        for chunk in entities.chunks(LOAD_CHUNK) {
+            rows.extend(
+                entity_lock::Entity::find()
+                    .filter(entity_lock::Column::TenantId.eq(tenant_id))
+                    .filter(entity_lock::Column::TargetEntityId.is_in(chunk.iter().copied()))
+                    .lock_exclusive()
+                    .all(db)
+                    .await?,
+            );
+        }
+    }
+    Ok(rows)
+}
+
 impl LockBatch {
-    /// Reads (and on PostgreSQL/MySQL row-locks until commit) the lease rows of `keys`.
-    pub async fn load<C: ConnectionTrait>(
-        db: &C,
+    /// A batch over `keys` whose stored lease rows are `rows` (read by the caller, row-locked
+    /// until its transaction ends); keys without a row were never locked.
+    pub fn from_rows(
         keys: impl IntoIterator<Item = (String, String)>,
+        rows: impl IntoIterator<Item = entity_lock::Model>,
         now: Millis,
-    ) -> Result<Self, DbErr> {
+    ) -> Self {
         let mut slots: HashMap<(String, String), Slot> = keys
             .into_iter()
             .map(|key| {
@@ -79,25 +124,6 @@ impl LockBatch {
                 )
             })
             .collect();
-        // One `tenant_id = ? AND target_entity_id IN (...)` per tenant: index probes on the
-        // primary key on every database, with or without table statistics.
-        let mut by_tenant: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (tenant_id, entity_id) in slots.keys() {
-            by_tenant.entry(tenant_id).or_default().push(entity_id);
-        }
-        let mut rows = Vec::new();
-        for (tenant_id, entities) in by_tenant {
-            for chunk in entities.chunks(LOAD_CHUNK) {
-                rows.extend(
-                    entity_lock::Entity::find()
-                        .filter(entity_lock::Column::TenantId.eq(tenant_id))
-                        .filter(entity_lock::Column::TargetEntityId.is_in(chunk.iter().copied()))
-                        .lock_exclusive()
-                        .all(db)
-                        .await?,
-                );
-            }
-        }
         for row in rows {
             if let Some(slot) =
                 slots.get_mut(&(row.tenant_id.clone(), row.target_entity_id.clone()))
@@ -106,7 +132,7 @@ impl LockBatch {
                 slot.stored = Some(row);
             }
         }
-        Ok(Self::from_slots(slots, now))
+        Self::from_slots(slots, now)
     }
 
     fn from_slots(slots: HashMap<(String, String), Slot>, now: Millis) -> Self {
@@ -162,18 +188,18 @@ impl LockBatch {
         if let Some(expired) = &took_over_from {
             self.expired_runs.push(expired.clone());
         }
-        self.new_runs.push(run::ActiveModel {
-            id: Set(run_id.clone()),
-            tenant_id: Set(tenant_id.to_owned()),
-            workflow_id: Set(candidate.workflow_id.to_string()),
-            target_entity_id: Set(target_entity_id.to_owned()),
-            intake_id: Set(intake_id.to_owned()),
-            status: Set(run::RunStatus::Queued),
-            fencing_token: Set(fencing_token),
-            lock_ttl_ms: Set(ttl_ms),
-            created_at: Set(now),
-            updated_at: Set(now),
-            finished_at: Set(None),
+        self.new_runs.push(run::Model {
+            id: run_id.clone(),
+            tenant_id: tenant_id.to_owned(),
+            workflow_id: candidate.workflow_id.to_string(),
+            target_entity_id: target_entity_id.to_owned(),
+            intake_id: intake_id.to_owned(),
+            status: run::RunStatus::Queued,
+            fencing_token,
+            lock_ttl_ms: ttl_ms,
+            created_at: now,
+            updated_at: now,
+            finished_at: None,
         });
         Decision::Routed {
             run_id,
@@ -183,46 +209,59 @@ impl LockBatch {
         }
     }
 
-    /// Writes the batch's new runs, lease changes and expired holders.
-    pub async fn persist<C: ConnectionTrait>(self, db: &C) -> Result<(), DbErr> {
-        let mut created = Vec::new();
-        let mut changed = Vec::new();
+    /// What the batch decided, to be written in its transaction.
+    pub fn into_changes(self) -> LockChanges {
+        let mut changes = LockChanges {
+            now: self.now,
+            new_runs: self.new_runs,
+            expired_runs: self.expired_runs,
+            ..LockChanges::default()
+        };
         for slot in self.slots.into_values() {
             match (slot.stored, slot.current) {
-                (None, Some(new)) => created.push(entity_lock::ActiveModel::from(new)),
-                (Some(old), Some(new)) if old != new => {
-                    changed.push(entity_lock::ActiveModel::from(new))
-                }
+                (None, Some(new)) => changes.created.push(new),
+                (Some(old), Some(new)) if old != new => changes.changed.push(new),
                 _ => {}
             }
         }
-        if !created.is_empty() {
+        changes
+    }
+}
+
+impl LockChanges {
+    /// Writes the batch's new runs, lease changes and expired holders.
+    pub async fn persist<C: ConnectionTrait>(self, db: &C) -> Result<(), DbErr> {
+        if !self.created.is_empty() {
             // A plain insert: a concurrent creator makes this fail and the batch retry.
-            entity_lock::Entity::insert_many(created)
-                .exec_without_returning(db)
-                .await?;
+            entity_lock::Entity::insert_many(
+                self.created.into_iter().map(entity_lock::ActiveModel::from),
+            )
+            .exec_without_returning(db)
+            .await?;
         }
-        if !changed.is_empty() {
+        if !self.changed.is_empty() {
             // These rows are row-locked by `load`, so overwriting them is safe.
-            entity_lock::Entity::insert_many(changed)
-                .on_conflict(
-                    OnConflict::columns([
-                        entity_lock::Column::TenantId,
-                        entity_lock::Column::TargetEntityId,
-                    ])
-                    .update_columns([
-                        entity_lock::Column::RunId,
-                        entity_lock::Column::FencingToken,
-                        entity_lock::Column::ExpiresAt,
-                        entity_lock::Column::UpdatedAt,
-                    ])
-                    .to_owned(),
-                )
-                .exec_without_returning(db)
-                .await?;
+            entity_lock::Entity::insert_many(
+                self.changed.into_iter().map(entity_lock::ActiveModel::from),
+            )
+            .on_conflict(
+                OnConflict::columns([
+                    entity_lock::Column::TenantId,
+                    entity_lock::Column::TargetEntityId,
+                ])
+                .update_columns([
+                    entity_lock::Column::RunId,
+                    entity_lock::Column::FencingToken,
+                    entity_lock::Column::ExpiresAt,
+                    entity_lock::Column::UpdatedAt,
+                ])
+                .to_owned(),
+            )
+            .exec_without_returning(db)
+            .await?;
         }
         if !self.new_runs.is_empty() {
-            run::Entity::insert_many(self.new_runs)
+            run::Entity::insert_many(self.new_runs.into_iter().map(run::ActiveModel::from))
                 .exec_without_returning(db)
                 .await?;
         }

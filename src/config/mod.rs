@@ -243,12 +243,23 @@ impl Config {
         if self.database.writers == Some(0) {
             problems.push("database.writers must be at least 1".into());
         }
+        if is_in_memory_sqlite(&self.database.url) {
+            problems.push(format!(
+                "database.url `{}` is an in-memory SQLite database, which loses every delivery at \
+                 exit; use `sqlite://FILE`",
+                self.database.url
+            ));
+        }
         if problems.is_empty() {
             Ok(())
         } else {
             Err(ConfigError::Invalid(problems.join("\n")))
         }
     }
+}
+
+fn is_in_memory_sqlite(url: &str) -> bool {
+    url.starts_with("sqlite:") && (url.contains(":memory:") || url.contains("mode=memory"))
 }
 
 fn resolve_database_url(url: &str, base_dir: &Path) -> String {

@@ -158,9 +158,13 @@ triggers = [ { channel = "fax", event_type = "x" } ]
 kind = "webhook"
 name = "open-door"
 tenant = "acme"
+
+[database]
+url = "sqlite::memory:"
 "#;
     let error = parse(text).expect_err("invalid").to_string();
     for expected in [
+        "database.url `sqlite::memory:` is an in-memory SQLite database",
         "unknown channel `fax`",
         "workflow `a` is defined more than once",
         "`lock_ttl` must be longer than 0s",

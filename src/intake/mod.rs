@@ -1,22 +1,29 @@
 //! The intake pipeline: every authenticated delivery becomes one ledger row and one answer.
 //!
 //! Handlers (and the mailbox poller) build a [`Delivery`] and [`Intake::submit`] it. Writers
-//! (one on SQLite, several on PostgreSQL/MySQL, sharded by entity) take whatever deliveries are
-//! waiting, decide them all in one transaction (dedup, route, lock, ledger, raw bytes, mailbox
-//! cursor) and commit once: group commit. Each sender is answered only after that commit.
+//! take whatever deliveries are waiting, decide them all in one transaction (dedup, route, lock,
+//! ledger, raw bytes, mailbox cursor; [`decide`]) and commit once: group commit. Each sender is
+//! answered only after that commit. On SQLite one thread with its own connection writes
+//! ([`sqlite_writer`]); on PostgreSQL/MySQL several tasks share the pool, sharded by entity
+//! ([`writer`]).
 
+mod decide;
+mod sqlite_writer;
 mod writer;
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
+use anyhow::Context;
 use bytes::Bytes;
-use sea_orm::DatabaseConnection;
+use sea_orm::sqlx::sqlite::SqliteConnectOptions;
+use sea_orm::{DatabaseConnection, DbBackend};
 use serde::Serialize;
 use switchyard_core::{Event, Outcome};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use crate::config::DatabaseConfig;
 use crate::live::LiveConfig;
 use crate::store::MAX_KEY_LEN;
 
@@ -217,21 +224,41 @@ pub struct Intake {
 
 /// Deliveries one writer may hold queued before senders wait: the backpressure bound.
 const QUEUE_DEPTH: usize = 4096;
+/// Most deliveries decided in one transaction; bounds statement size on every backend.
+const MAX_BATCH: usize = 256;
+/// Pool writers committing in parallel on PostgreSQL/MySQL unless `database.writers` says.
+const DEFAULT_POOL_WRITERS: usize = 4;
 
 impl Intake {
-    /// Starts `writers` writer tasks on `db`.
-    pub fn start(db: DatabaseConnection, live: LiveConfig, writers: usize) -> Self {
-        let shards: Vec<_> = (0..writers.max(1))
-            .map(|_| {
-                let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-                tokio::spawn(writer::run(db.clone(), live.clone(), rx));
-                tx
-            })
-            .collect();
-        Self {
+    /// Starts the writers of the migrated database `db` (opened from `url`): on SQLite one
+    /// thread with a connection of its own, otherwise `database.writers` tasks on the pool.
+    pub fn start(
+        db: DatabaseConnection,
+        url: &str,
+        config: &DatabaseConfig,
+        live: LiveConfig,
+    ) -> anyhow::Result<Self> {
+        let shards: Vec<_> = if db.get_database_backend() == DbBackend::Sqlite {
+            let options: SqliteConnectOptions = url.parse().context("invalid SQLite URL")?;
+            let path = options.get_filename();
+            let conn = sqlite_writer::open(path, config.durability)
+                .with_context(|| format!("cannot open {} for the intake writer", path.display()))?;
+            let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+            sqlite_writer::spawn(conn, live, rx);
+            vec![tx]
+        } else {
+            (0..config.writers.unwrap_or(DEFAULT_POOL_WRITERS).max(1))
+                .map(|_| {
+                    let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+                    tokio::spawn(writer::run(db.clone(), live.clone(), rx));
+                    tx
+                })
+                .collect()
+        };
+        Ok(Self {
             shards: shards.into(),
             hasher: Default::default(),
-        }
+        })
     }
 
     /// Decides and durably records one delivery; answers after the commit.

@@ -10,7 +10,7 @@ pub mod workflows;
 use std::time::Duration;
 
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbErr};
 use sea_orm_migration::MigratorTrait;
 use switchyard_migrations::Migrator;
 
@@ -65,13 +65,4 @@ pub async fn migrate(db: &DatabaseConnection) -> Result<(), DbErr> {
 /// Whether the database answers: what `/readyz` reports.
 pub async fn ping(db: &DatabaseConnection) -> Result<(), DbErr> {
     db.execute_unprepared("SELECT 1").await.map(|_| ())
-}
-
-/// How many intake writers commit in parallel: one on SQLite (a single-writer database),
-/// otherwise as configured.
-pub fn writer_count(db: &DatabaseConnection, config: &DatabaseConfig) -> usize {
-    match db.get_database_backend() {
-        DbBackend::Sqlite => 1,
-        _ => config.writers.unwrap_or(4),
-    }
 }

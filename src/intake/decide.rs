@@ -1,0 +1,295 @@
+//! Deciding a batch of deliveries from what the store holds for them: no I/O, shared by the
+//! writers of every backend. A writer looks up what [`Lookups::needed`] names, inside its
+//! transaction, then [`decide`]s and writes the returned [`Decided`] rows before committing.
+
+use std::collections::HashMap;
+
+use switchyard_core::{Event, Outcome};
+use switchyard_router::entities::entity_lock;
+use switchyard_router::{Candidate, Decision, LockBatch, LockChanges, Millis};
+
+use super::{Answer, Delivery, DeliveryBody};
+use crate::live::Live;
+use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
+
+/// `(source, key)`: how deliveries and claimed messages are identified.
+pub(super) type SourceKey = (String, String);
+
+/// What a batch must look up before it can be decided.
+pub(super) struct Lookups<'a> {
+    /// `(source, delivery_id)` of every delivery, for duplicates.
+    pub deliveries: Vec<(&'a str, &'a str)>,
+    /// `(source, message_key)` of deliveries that name their message.
+    pub messages: Vec<(&'a str, &'a str)>,
+    /// `(tenant_id, target_entity_id)` of every event a live workflow triggers on.
+    pub leases: Vec<(String, String)>,
+    /// Each delivery's chosen workflow, in batch order.
+    choices: Vec<Option<Candidate>>,
+}
+
+impl<'a> Lookups<'a> {
+    pub fn needed(deliveries: &[&'a Delivery], live: &Live) -> Self {
+        let choices: Vec<Option<Candidate>> = deliveries
+            .iter()
+            .map(|d| match &d.body {
+                DeliveryBody::Route(event) => {
+                    live.index
+                        .choose(&event.tenant_id, event.channel, &event.event_type)
+                }
+                _ => None,
+            })
+            .collect();
+        let leases = deliveries
+            .iter()
+            .zip(&choices)
+            .filter_map(|(d, choice)| match (&d.body, choice) {
+                (DeliveryBody::Route(event), Some(_)) => {
+                    Some((event.tenant_id.clone(), event.target_entity_id.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        Self {
+            deliveries: deliveries
+                .iter()
+                .map(|d| (d.source.as_str(), d.delivery_id.as_str()))
+                .collect(),
+            messages: deliveries
+                .iter()
+                .filter_map(|d| Some((d.source.as_str(), d.message_key.as_deref()?)))
+                .collect(),
+            leases,
+            choices,
+        }
+    }
+}
+
+/// What the store held for a batch's [`Lookups`].
+pub(super) struct Found {
+    /// The first ledger row of each `(source, delivery_id)` already recorded.
+    pub seen: HashMap<SourceKey, intake::Model>,
+    /// The routed ledger row that claimed each `(source, message_key)`.
+    pub claimed: HashMap<SourceKey, intake::Model>,
+    /// The lease rows of the batch's entities (row-locked until the commit).
+    pub leases: Vec<entity_lock::Model>,
+}
+
+/// A decided batch: the answers, in batch order, and the rows that make them true.
+pub(super) struct Decided {
+    pub answers: Vec<Answer>,
+    pub ledger: Vec<intake::Model>,
+    pub raw: Vec<raw_delivery::Model>,
+    /// At most one per `(source, mailbox)`: the furthest position of the batch.
+    pub cursors: Vec<mailbox_cursor::Model>,
+    pub locks: LockChanges,
+}
+
+/// Decides every delivery in arrival order: duplicates (stored or earlier in the batch) point at
+/// their first copy; the others route, lock or record why not.
+pub(super) fn decide(
+    deliveries: &[&Delivery],
+    lookups: Lookups<'_>,
+    found: Found,
+    live: &Live,
+    now: Millis,
+) -> Decided {
+    let Found {
+        mut seen,
+        mut claimed,
+        leases,
+    } = found;
+    let mut locks = LockBatch::from_rows(lookups.leases, leases, now);
+    let mut answers = Vec::with_capacity(deliveries.len());
+    let mut ledger = Vec::with_capacity(deliveries.len());
+    let mut raw = Vec::new();
+    let mut cursors: HashMap<SourceKey, mailbox_cursor::Model> = HashMap::new();
+    for (delivery, choice) in deliveries.iter().zip(&lookups.choices) {
+        if let Some(cursor) = &delivery.cursor {
+            cursors.insert(
+                (delivery.source.clone(), cursor.mailbox.clone()),
+                mailbox_cursor::Model {
+                    source: delivery.source.clone(),
+                    mailbox: cursor.mailbox.clone(),
+                    uidvalidity: cursor.uidvalidity.into(),
+                    last_uid: cursor.uid.into(),
+                    updated_at: now,
+                },
+            );
+        }
+        let key = (delivery.source.clone(), delivery.delivery_id.clone());
+        if let Some(first) = seen.get(&key) {
+            answers.push(duplicate_of(first));
+            continue;
+        }
+        let message_key = delivery
+            .message_key
+            .as_ref()
+            .map(|message| (delivery.source.clone(), message.clone()));
+        if let Some(first) = message_key.as_ref().and_then(|k| claimed.get(k)) {
+            answers.push(duplicate_of(first));
+            continue;
+        }
+        let intake_id = delivery.intake_id.to_string();
+        let mut row = match &delivery.body {
+            DeliveryBody::Route(event) => {
+                let decision = locks.route(
+                    &event.tenant_id,
+                    &event.target_entity_id,
+                    choice.as_ref(),
+                    &intake_id,
+                );
+                ledger_row(delivery, Some(event), decision_fields(&decision), live, now)
+            }
+            DeliveryBody::Ineligible { detail, event } => ledger_row(
+                delivery,
+                event.as_ref(),
+                Fields::outcome(Outcome::Ineligible, Some(detail.clone())),
+                live,
+                now,
+            ),
+            DeliveryBody::Invalid { detail } => ledger_row(
+                delivery,
+                None,
+                Fields::outcome(Outcome::InvalidEvent, Some(detail.clone())),
+                live,
+                now,
+            ),
+        };
+        if row.outcome == Outcome::Routed.as_str()
+            && let Some(message_key) = message_key
+        {
+            row.message_key = Some(message_key.1.clone());
+            claimed.insert(message_key, row.clone());
+        }
+        answers.push(answer_of(&row));
+        if let Some(bytes) = &delivery.raw {
+            raw.push(raw_delivery::Model {
+                id: intake_id,
+                source: delivery.source.clone(),
+                content_type: bytes.content_type.clone(),
+                body: bytes.bytes.to_vec(),
+                received_at: delivery.received_at,
+            });
+        }
+        // A later copy of this delivery in the same batch is its duplicate.
+        seen.insert(key, row.clone());
+        ledger.push(row);
+    }
+    Decided {
+        answers,
+        ledger,
+        raw,
+        cursors: cursors.into_values().collect(),
+        locks: locks.into_changes(),
+    }
+}
+
+/// The decision-specific columns of a ledger row.
+struct Fields {
+    outcome: Outcome,
+    detail: Option<String>,
+    run_id: Option<String>,
+    workflow_id: Option<String>,
+    held_by_run_id: Option<String>,
+}
+
+impl Fields {
+    fn outcome(outcome: Outcome, detail: Option<String>) -> Self {
+        Self {
+            outcome,
+            detail,
+            run_id: None,
+            workflow_id: None,
+            held_by_run_id: None,
+        }
+    }
+}
+
+fn decision_fields(decision: &Decision) -> Fields {
+    match decision {
+        Decision::Routed {
+            run_id,
+            workflow_id,
+            took_over_from,
+            ..
+        } => Fields {
+            outcome: Outcome::Routed,
+            detail: took_over_from
+                .as_ref()
+                .map(|old| format!("took over the expired lease of run {old}")),
+            run_id: Some(run_id.clone()),
+            workflow_id: Some(workflow_id.to_string()),
+            held_by_run_id: None,
+        },
+        Decision::NoTriggerMatch => Fields::outcome(Outcome::NoTriggerMatch, None),
+        Decision::EntityLocked {
+            held_by_run_id,
+            workflow_id,
+        } => Fields {
+            outcome: Outcome::EntityLocked,
+            detail: None,
+            run_id: None,
+            workflow_id: Some(workflow_id.to_string()),
+            held_by_run_id: Some(held_by_run_id.clone()),
+        },
+    }
+}
+
+fn ledger_row(
+    delivery: &Delivery,
+    event: Option<&Event>,
+    fields: Fields,
+    live: &Live,
+    now: i64,
+) -> intake::Model {
+    intake::Model {
+        id: delivery.intake_id.to_string(),
+        source: delivery.source.clone(),
+        delivery_id: delivery.delivery_id.clone(),
+        outcome: fields.outcome.as_str().to_owned(),
+        detail: fields.detail,
+        channel: event.map(|e| e.channel.as_str().to_owned()),
+        event_type: event.map(|e| e.event_type.clone()),
+        tenant_id: event.map(|e| e.tenant_id.clone()),
+        target_entity_id: event.map(|e| e.target_entity_id.clone()),
+        payload: event.map(|e| e.payload.to_string()),
+        raw_ref: event.map(|e| e.raw_ref.clone()).or_else(|| {
+            delivery
+                .raw
+                .as_ref()
+                .map(|_| Delivery::raw_ref(delivery.intake_id))
+        }),
+        run_id: fields.run_id,
+        workflow_id: fields.workflow_id,
+        held_by_run_id: fields.held_by_run_id,
+        message_key: None,
+        config_revision: live.revision().to_owned(),
+        received_at: delivery.received_at,
+        decided_at: now,
+    }
+}
+
+fn answer_of(row: &intake::Model) -> Answer {
+    Answer {
+        outcome: row.outcome.parse().unwrap_or(Outcome::DeadLettered),
+        detail: row.detail.clone(),
+        run_id: row.run_id.clone(),
+        workflow_id: row.workflow_id.clone(),
+        held_by_run_id: row.held_by_run_id.clone(),
+        intake_id: Some(row.id.clone()),
+        first_outcome: None,
+    }
+}
+
+fn duplicate_of(first: &intake::Model) -> Answer {
+    let first_answer = answer_of(first);
+    Answer {
+        outcome: Outcome::Duplicate,
+        detail: Some(format!(
+            "delivery already recorded as {} by intake {}",
+            first.outcome, first.id
+        )),
+        first_outcome: Some(first_answer.outcome),
+        ..first_answer
+    }
+}

@@ -1,0 +1,362 @@
+//! The SQLite intake writer: one thread with its own connection decides each batch in one
+//! `BEGIN IMMEDIATE` transaction with cached single-row statements.
+//!
+//! SQLite has one writer at a time, so the whole group commit runs on this thread: no statement
+//! crosses to another thread and back (sqlx runs each statement on its own worker thread, and on
+//! a loaded two-core machine every such hop waits for a core). The daemon's pool keeps serving
+//! every other query; both connections open the same WAL database.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, Row, Transaction, TransactionBehavior, params};
+use switchyard_router::entities::entity_lock;
+use switchyard_router::entities::run::RunStatus;
+use switchyard_router::now_millis;
+use tokio::sync::mpsc;
+
+use super::decide::{self, Decided, Found, Lookups, SourceKey};
+use super::{Answer, Delivery, MAX_BATCH, Pending, StoreUnavailable};
+use crate::config::Durability;
+use crate::live::{Live, LiveConfig};
+use crate::store::entities::intake;
+
+/// Opens the writer's connection to the (already migrated) database file.
+pub fn open(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    // `journal_mode` answers with the mode now in force.
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        anyhow::bail!("the database stays in journal mode `{mode}`; WAL is required");
+    }
+    let synchronous = match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+/// Starts the writer thread; it runs until every sender is gone.
+pub(super) fn spawn(conn: Connection, live: LiveConfig, queue: mpsc::Receiver<Pending>) {
+    std::thread::Builder::new()
+        .name("intake-sqlite".into())
+        .spawn(move || run(conn, live, queue))
+        .expect("the operating system refused to start the SQLite writer thread");
+}
+
+fn run(mut conn: Connection, live: LiveConfig, mut queue: mpsc::Receiver<Pending>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = queue.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let revision = live.current();
+        decide(&mut conn, &revision, std::mem::take(&mut batch));
+    }
+}
+
+/// Decides and answers every delivery of `batch`. If the batch as a whole keeps failing, each
+/// delivery is tried alone, so one poisonous delivery cannot refuse its neighbours.
+fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>) {
+    let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
+    match commit_with_retries(conn, live, &deliveries) {
+        Ok(answers) => {
+            for (pending, answer) in batch.into_iter().zip(answers) {
+                let _ = pending.reply.send(Ok(answer));
+            }
+        }
+        Err(error) if batch.len() > 1 => {
+            tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
+            for pending in batch {
+                decide(conn, live, vec![pending]);
+            }
+        }
+        Err(error) => {
+            tracing::error!(%error, size = batch.len(), "the store refused deliveries; senders are told to retry");
+            let refusal = StoreUnavailable(error.to_string());
+            for pending in batch {
+                let _ = pending.reply.send(Err(refusal.clone()));
+            }
+        }
+    }
+}
+
+fn commit_with_retries(
+    conn: &mut Connection,
+    live: &Live,
+    deliveries: &[&Delivery],
+) -> rusqlite::Result<Vec<Answer>> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match commit_batch(conn, live, deliveries) {
+            Err(error) if attempt < super::writer::ATTEMPTS && is_lost_race(&error) => {
+                tracing::debug!(%error, attempt, "batch lost a race with another writer; retrying");
+                std::thread::sleep(super::writer::backoff(attempt));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Another connection (a second daemon on the same file, or the busy timeout running out)
+/// got in the way: trying again will see its committed result.
+fn is_lost_race(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    ) || matches!(
+        error,
+        rusqlite::Error::SqliteFailure(failure, _)
+            if failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                || failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+    )
+}
+
+/// One transaction: look up, decide, write, commit.
+fn commit_batch(
+    conn: &mut Connection,
+    live: &Live,
+    deliveries: &[&Delivery],
+) -> rusqlite::Result<Vec<Answer>> {
+    let now = now_millis();
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let lookups = Lookups::needed(deliveries, live);
+    let found = Found {
+        seen: ledger_rows(&txn, BY_DELIVERY, &lookups.deliveries)?,
+        claimed: ledger_rows(&txn, BY_MESSAGE, &lookups.messages)?,
+        leases: leases(&txn, &lookups.leases)?,
+    };
+    let decided = decide::decide(deliveries, lookups, found, live, now);
+    write(&txn, &decided)?;
+    txn.commit()?;
+    Ok(decided.answers)
+}
+
+const INTAKE_COLUMNS: &str = "id, source, delivery_id, outcome, detail, channel, event_type, \
+     tenant_id, target_entity_id, payload, raw_ref, run_id, workflow_id, held_by_run_id, \
+     message_key, config_revision, received_at, decided_at";
+const BY_DELIVERY: &str = "delivery_id = ?1 AND source = ?2";
+const BY_MESSAGE: &str = "message_key = ?1 AND source = ?2";
+
+/// The ledger row of each `(source, key)` matching `condition` (one of the unique indexes).
+fn ledger_rows(
+    txn: &Transaction<'_>,
+    condition: &str,
+    keys: &[(&str, &str)],
+) -> rusqlite::Result<HashMap<SourceKey, intake::Model>> {
+    let mut found = HashMap::new();
+    if keys.is_empty() {
+        return Ok(found);
+    }
+    let mut select = txn.prepare_cached(&format!(
+        "SELECT {INTAKE_COLUMNS} FROM intake WHERE {condition}"
+    ))?;
+    for &(source, key) in keys {
+        let mut rows = select.query(params![key, source])?;
+        if let Some(row) = rows.next()? {
+            found.insert((source.to_owned(), key.to_owned()), intake_row(row)?);
+        }
+    }
+    Ok(found)
+}
+
+fn intake_row(row: &Row<'_>) -> rusqlite::Result<intake::Model> {
+    Ok(intake::Model {
+        id: row.get(0)?,
+        source: row.get(1)?,
+        delivery_id: row.get(2)?,
+        outcome: row.get(3)?,
+        detail: row.get(4)?,
+        channel: row.get(5)?,
+        event_type: row.get(6)?,
+        tenant_id: row.get(7)?,
+        target_entity_id: row.get(8)?,
+        payload: row.get(9)?,
+        raw_ref: row.get(10)?,
+        run_id: row.get(11)?,
+        workflow_id: row.get(12)?,
+        held_by_run_id: row.get(13)?,
+        message_key: row.get(14)?,
+        config_revision: row.get(15)?,
+        received_at: row.get(16)?,
+        decided_at: row.get(17)?,
+    })
+}
+
+/// The lease rows of `(tenant_id, target_entity_id)` keys that have one.
+fn leases(
+    txn: &Transaction<'_>,
+    keys: &[(String, String)],
+) -> rusqlite::Result<Vec<entity_lock::Model>> {
+    let mut found = Vec::new();
+    if keys.is_empty() {
+        return Ok(found);
+    }
+    let mut select = txn.prepare_cached(
+        "SELECT tenant_id, target_entity_id, run_id, fencing_token, expires_at, updated_at \
+         FROM entity_locks WHERE target_entity_id = ?1 AND tenant_id = ?2",
+    )?;
+    for (tenant_id, entity_id) in keys {
+        let mut rows = select.query(params![entity_id, tenant_id])?;
+        if let Some(row) = rows.next()? {
+            found.push(entity_lock::Model {
+                tenant_id: row.get(0)?,
+                target_entity_id: row.get(1)?,
+                run_id: row.get(2)?,
+                fencing_token: row.get(3)?,
+                expires_at: row.get(4)?,
+                updated_at: row.get(5)?,
+            });
+        }
+    }
+    Ok(found)
+}
+
+/// Writes everything the batch decided: leases, runs, raw bytes, ledger rows, cursors.
+fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
+    let locks = &decided.locks;
+    if !locks.created.is_empty() {
+        // A plain insert: another process that created the row meanwhile makes it fail.
+        let mut insert = txn.prepare_cached(
+            "INSERT INTO entity_locks \
+             (tenant_id, target_entity_id, run_id, fencing_token, expires_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for lease in &locks.created {
+            insert.execute(params![
+                lease.tenant_id,
+                lease.target_entity_id,
+                lease.run_id,
+                lease.fencing_token,
+                lease.expires_at,
+                lease.updated_at,
+            ])?;
+        }
+    }
+    if !locks.changed.is_empty() {
+        let mut update = txn.prepare_cached(
+            "UPDATE entity_locks SET run_id = ?3, fencing_token = ?4, expires_at = ?5, \
+             updated_at = ?6 WHERE target_entity_id = ?2 AND tenant_id = ?1",
+        )?;
+        for lease in &locks.changed {
+            update.execute(params![
+                lease.tenant_id,
+                lease.target_entity_id,
+                lease.run_id,
+                lease.fencing_token,
+                lease.expires_at,
+                lease.updated_at,
+            ])?;
+        }
+    }
+    if !locks.new_runs.is_empty() {
+        let mut insert = txn.prepare_cached(
+            "INSERT INTO runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, \
+             fencing_token, lock_ttl_ms, created_at, updated_at, finished_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )?;
+        for run in &locks.new_runs {
+            insert.execute(params![
+                run.id,
+                run.tenant_id,
+                run.workflow_id,
+                run.target_entity_id,
+                run.intake_id,
+                run.status.as_str(),
+                run.fencing_token,
+                run.lock_ttl_ms,
+                run.created_at,
+                run.updated_at,
+                run.finished_at,
+            ])?;
+        }
+    }
+    if !locks.expired_runs.is_empty() {
+        let mut expire = txn.prepare_cached(
+            "UPDATE runs SET status = ?2, updated_at = ?3, finished_at = ?3 \
+             WHERE id = ?1 AND status = ?4",
+        )?;
+        for run_id in &locks.expired_runs {
+            expire.execute(params![
+                run_id,
+                RunStatus::Expired.as_str(),
+                locks.now,
+                RunStatus::Queued.as_str(),
+            ])?;
+        }
+    }
+    if !decided.raw.is_empty() {
+        let mut insert = txn.prepare_cached(
+            "INSERT INTO raw_deliveries (id, source, content_type, body, received_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for raw in &decided.raw {
+            insert.execute(params![
+                raw.id,
+                raw.source,
+                raw.content_type,
+                raw.body,
+                raw.received_at,
+            ])?;
+        }
+    }
+    if !decided.ledger.is_empty() {
+        let mut insert = txn.prepare_cached(&format!(
+            "INSERT INTO intake ({INTAKE_COLUMNS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+        ))?;
+        for row in &decided.ledger {
+            insert.execute(params![
+                row.id,
+                row.source,
+                row.delivery_id,
+                row.outcome,
+                row.detail,
+                row.channel,
+                row.event_type,
+                row.tenant_id,
+                row.target_entity_id,
+                row.payload,
+                row.raw_ref,
+                row.run_id,
+                row.workflow_id,
+                row.held_by_run_id,
+                row.message_key,
+                row.config_revision,
+                row.received_at,
+                row.decided_at,
+            ])?;
+        }
+    }
+    if !decided.cursors.is_empty() {
+        let mut upsert = txn.prepare_cached(
+            "INSERT INTO mailbox_cursors (source, mailbox, uidvalidity, last_uid, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (source, mailbox) DO UPDATE SET \
+             uidvalidity = excluded.uidvalidity, last_uid = excluded.last_uid, \
+             updated_at = excluded.updated_at",
+        )?;
+        for cursor in &decided.cursors {
+            upsert.execute(params![
+                cursor.source,
+                cursor.mailbox,
+                cursor.uidvalidity,
+                cursor.last_uid,
+                cursor.updated_at,
+            ])?;
+        }
+    }
+    Ok(())
+}
