@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::config::Settings;
@@ -117,6 +118,12 @@ impl Daemon {
         let addr = listener.local_addr().context("listener has no address")?;
         let app = http::router(self.state.clone(), body_limit);
         tracing::info!(%addr, "listening");
+        // Answers are small and go out whole: never hold one back waiting for an ACK (Nagle).
+        let listener = listener.tap_io(|stream| {
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
+            }
+        });
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
             .await

@@ -15,6 +15,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use sea_orm::sqlx::postgres::PgPoolOptions;
 use sea_orm::sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
@@ -52,6 +53,10 @@ pub fn serve(args: ServeBaselineArgs) -> anyhow::Result<()> {
             "{}",
             serde_json::json!({"fields": {"message": "listening", "addr": listener.local_addr()?.to_string()}})
         );
+        // As the daemon does: answers are never held back waiting for an ACK.
+        let listener = listener.tap_io(|stream| {
+            let _ = stream.set_nodelay(true);
+        });
         axum::serve(listener, app)
             .with_graceful_shutdown(terminated())
             .await?;

@@ -66,10 +66,10 @@ impl<'a> Lookups<'a> {
 
 /// What the store held for a batch's [`Lookups`].
 pub(super) struct Found {
-    /// The first ledger row of each `(source, delivery_id)` already recorded.
-    pub seen: HashMap<SourceKey, intake::Model>,
-    /// The routed ledger row that claimed each `(source, message_key)`.
-    pub claimed: HashMap<SourceKey, intake::Model>,
+    /// The answer of each `(source, delivery_id)` already recorded ([`first_answer`]).
+    pub seen: HashMap<SourceKey, Answer>,
+    /// The answer of the routed delivery that claimed each `(source, message_key)`.
+    pub claimed: HashMap<SourceKey, Answer>,
     /// The lease rows of the batch's entities (row-locked until the commit).
     pub leases: Vec<entity_lock::Model>,
 }
@@ -155,13 +155,15 @@ pub(super) fn decide(
                 now,
             ),
         };
-        if row.outcome == Outcome::Routed.as_str()
-            && let Some(message_key) = message_key
-        {
-            row.message_key = Some(message_key.1.clone());
-            claimed.insert(message_key, row.clone());
+        // The first delivery of a message that routes claims it.
+        let claims_message = row.outcome == Outcome::Routed.as_str();
+        if claims_message {
+            row.message_key = message_key.as_ref().map(|(_, key)| key.clone());
         }
-        answers.push(answer_of(&row));
+        let answer = first_answer(&row);
+        if claims_message && let Some(message_key) = message_key {
+            claimed.insert(message_key, answer.clone());
+        }
         if let Some(bytes) = &delivery.raw {
             raw.push(raw_delivery::Model {
                 id: intake_id,
@@ -172,7 +174,8 @@ pub(super) fn decide(
             });
         }
         // A later copy of this delivery in the same batch is its duplicate.
-        seen.insert(key, row.clone());
+        seen.insert(key, answer.clone());
+        answers.push(answer);
         ledger.push(row);
     }
     Decided {
@@ -252,7 +255,7 @@ fn ledger_row(
         event_type: event.map(|e| e.event_type.clone()),
         tenant_id: event.map(|e| e.tenant_id.clone()),
         target_entity_id: event.map(|e| e.target_entity_id.clone()),
-        payload: event.map(|e| e.payload.to_string()),
+        payload: event.and(delivery.payload_text.clone()),
         raw_ref: event.map(|e| e.raw_ref.clone()).or_else(|| {
             delivery
                 .raw
@@ -269,7 +272,8 @@ fn ledger_row(
     }
 }
 
-fn answer_of(row: &intake::Model) -> Answer {
+/// The answer a stored ledger row gave: what its later copies are duplicates of.
+pub(super) fn first_answer(row: &intake::Model) -> Answer {
     Answer {
         outcome: row.outcome.parse().unwrap_or(Outcome::DeadLettered),
         detail: row.detail.clone(),
@@ -281,15 +285,15 @@ fn answer_of(row: &intake::Model) -> Answer {
     }
 }
 
-fn duplicate_of(first: &intake::Model) -> Answer {
-    let first_answer = answer_of(first);
+fn duplicate_of(first: &Answer) -> Answer {
     Answer {
         outcome: Outcome::Duplicate,
         detail: Some(format!(
             "delivery already recorded as {} by intake {}",
-            first.outcome, first.id
+            first.outcome,
+            first.intake_id.as_deref().unwrap_or("?")
         )),
-        first_outcome: Some(first_answer.outcome),
-        ..first_answer
+        first_outcome: Some(first.outcome),
+        ..first.clone()
     }
 }

@@ -8,6 +8,7 @@
 //! ([`writer`]).
 
 mod decide;
+mod sqlite_checkpoint;
 mod sqlite_writer;
 mod writer;
 
@@ -39,6 +40,9 @@ pub struct Delivery {
     /// The original bytes, stored for `raw_ref`.
     pub raw: Option<Raw>,
     pub body: DeliveryBody,
+    /// The event's payload as the ledger stores it (JSON text), serialised by the sender so the
+    /// writer, which decides deliveries one after another, does not have to.
+    pub payload_text: Option<String>,
     /// For mailbox deliveries: the cursor to advance in the same transaction.
     pub cursor: Option<CursorAdvance>,
     /// The identity of the message this delivery is about, when the same message can arrive
@@ -84,13 +88,15 @@ impl Delivery {
         delivery_id: impl Into<String>,
         body: DeliveryBody,
     ) -> Self {
+        let body = bounded_body(body);
         Self {
             intake_id,
             source: source.into(),
             delivery_id: bounded_key(delivery_id.into()),
             received_at: switchyard_router::now_millis(),
             raw: None,
-            body: bounded_body(body),
+            payload_text: body.event().map(|event| event.payload.to_string()),
+            body,
             cursor: None,
             message_key: None,
         }
@@ -116,12 +122,8 @@ fn bounded_key(id: String) -> String {
 /// digested; an over-long tenant or event type (which no trigger could name) makes the delivery
 /// `invalid_event`, recorded, instead of a database error that would refuse it forever.
 fn bounded_body(body: DeliveryBody) -> DeliveryBody {
-    let event = match &body {
-        DeliveryBody::Route(event) => event,
-        DeliveryBody::Ineligible {
-            event: Some(event), ..
-        } => event,
-        _ => return body,
+    let Some(event) = body.event() else {
+        return body;
     };
     for (field, value) in [
         ("tenant_id", &event.tenant_id),
@@ -156,6 +158,17 @@ fn bounded_body(body: DeliveryBody) -> DeliveryBody {
 pub fn digest_id(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+impl DeliveryBody {
+    /// The event this delivery carries, if the adapter made one.
+    pub fn event(&self) -> Option<&Event> {
+        match self {
+            DeliveryBody::Route(event) => Some(event),
+            DeliveryBody::Ineligible { event, .. } => event.as_ref(),
+            DeliveryBody::Invalid { .. } => None,
+        }
+    }
 }
 
 impl From<switchyard_core::Disposition> for DeliveryBody {
@@ -241,10 +254,9 @@ impl Intake {
         let shards: Vec<_> = if db.get_database_backend() == DbBackend::Sqlite {
             let options: SqliteConnectOptions = url.parse().context("invalid SQLite URL")?;
             let path = options.get_filename();
-            let conn = sqlite_writer::open(path, config.durability)
-                .with_context(|| format!("cannot open {} for the intake writer", path.display()))?;
             let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-            sqlite_writer::spawn(conn, live, rx);
+            sqlite_writer::start(path, config.durability, live, rx)
+                .with_context(|| format!("cannot open {} for the intake writer", path.display()))?;
             vec![tx]
         } else {
             (0..config.writers.unwrap_or(DEFAULT_POOL_WRITERS).max(1))
@@ -304,15 +316,10 @@ struct LogFields {
 
 impl LogFields {
     fn of(delivery: &Delivery) -> Self {
-        let event = match &delivery.body {
-            DeliveryBody::Route(event) => Some(event),
-            DeliveryBody::Ineligible { event, .. } => event.as_ref(),
-            DeliveryBody::Invalid { .. } => None,
-        };
         Self {
             source: delivery.source.clone(),
             delivery_id: delivery.delivery_id.clone(),
-            tenant_id: event.map(|e| e.tenant_id.clone()),
+            tenant_id: delivery.body.event().map(|e| e.tenant_id.clone()),
         }
     }
 

@@ -10,20 +10,20 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, Row, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior, params};
+use switchyard_core::Outcome;
 use switchyard_router::entities::entity_lock;
 use switchyard_router::entities::run::RunStatus;
 use switchyard_router::now_millis;
 use tokio::sync::mpsc;
 
 use super::decide::{self, Decided, Found, Lookups, SourceKey};
+use super::sqlite_checkpoint::{self, Nudge};
 use super::{Answer, Delivery, MAX_BATCH, Pending, StoreUnavailable};
 use crate::config::Durability;
 use crate::live::{Live, LiveConfig};
-use crate::store::entities::intake;
 
-/// Opens the writer's connection to the (already migrated) database file.
-pub fn open(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
+fn open(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -41,18 +41,33 @@ pub fn open(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
     conn.pragma_update(None, "synchronous", synchronous)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.set_prepared_statement_cache_capacity(32);
+    // Checkpoints run on their own thread (`sqlite_checkpoint`).
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     Ok(conn)
 }
 
-/// Starts the writer thread; it runs until every sender is gone.
-pub(super) fn spawn(conn: Connection, live: LiveConfig, queue: mpsc::Receiver<Pending>) {
+/// Opens the writer's and the checkpointer's connections to the (already migrated) database
+/// file and starts their threads; they run until every sender is gone.
+pub(super) fn start(
+    path: &Path,
+    durability: Durability,
+    live: LiveConfig,
+    queue: mpsc::Receiver<Pending>,
+) -> anyhow::Result<()> {
+    let conn = open(path, durability)?;
+    let checkpoints = sqlite_checkpoint::start(path)?;
     std::thread::Builder::new()
         .name("intake-sqlite".into())
-        .spawn(move || run(conn, live, queue))
-        .expect("the operating system refused to start the SQLite writer thread");
+        .spawn(move || run(conn, live, queue, checkpoints))?;
+    Ok(())
 }
 
-fn run(mut conn: Connection, live: LiveConfig, mut queue: mpsc::Receiver<Pending>) {
+fn run(
+    mut conn: Connection,
+    live: LiveConfig,
+    mut queue: mpsc::Receiver<Pending>,
+    checkpoints: Nudge,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = queue.blocking_recv() {
         batch.push(first);
@@ -64,6 +79,7 @@ fn run(mut conn: Connection, live: LiveConfig, mut queue: mpsc::Receiver<Pending
         }
         let revision = live.current();
         decide(&mut conn, &revision, std::mem::take(&mut batch));
+        checkpoints.committed();
     }
 }
 
@@ -71,8 +87,14 @@ fn run(mut conn: Connection, live: LiveConfig, mut queue: mpsc::Receiver<Pending
 /// delivery is tried alone, so one poisonous delivery cannot refuse its neighbours.
 fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>) {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
+    let started = std::time::Instant::now();
     match commit_with_retries(conn, live, &deliveries) {
         Ok(answers) => {
+            tracing::debug!(
+                size = answers.len(),
+                micros = started.elapsed().as_micros() as u64,
+                "batch committed"
+            );
             for (pending, answer) in batch.into_iter().zip(answers) {
                 let _ = pending.reply.send(Ok(answer));
             }
@@ -135,8 +157,8 @@ fn commit_batch(
     let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let lookups = Lookups::needed(deliveries, live);
     let found = Found {
-        seen: ledger_rows(&txn, BY_DELIVERY, &lookups.deliveries)?,
-        claimed: ledger_rows(&txn, BY_MESSAGE, &lookups.messages)?,
+        seen: first_answers(&txn, BY_DELIVERY, &lookups.deliveries)?,
+        claimed: first_answers(&txn, BY_MESSAGE, &lookups.messages)?,
         leases: leases(&txn, &lookups.leases)?,
     };
     let decided = decide::decide(deliveries, lookups, found, live, now);
@@ -151,49 +173,38 @@ const INTAKE_COLUMNS: &str = "id, source, delivery_id, outcome, detail, channel,
 const BY_DELIVERY: &str = "delivery_id = ?1 AND source = ?2";
 const BY_MESSAGE: &str = "message_key = ?1 AND source = ?2";
 
-/// The ledger row of each `(source, key)` matching `condition` (one of the unique indexes).
-fn ledger_rows(
+/// The answer of the ledger row of each `(source, key)` matching `condition` (one of the
+/// unique indexes): what a later copy is a duplicate of.
+fn first_answers(
     txn: &Transaction<'_>,
     condition: &str,
     keys: &[(&str, &str)],
-) -> rusqlite::Result<HashMap<SourceKey, intake::Model>> {
+) -> rusqlite::Result<HashMap<SourceKey, Answer>> {
     let mut found = HashMap::new();
     if keys.is_empty() {
         return Ok(found);
     }
     let mut select = txn.prepare_cached(&format!(
-        "SELECT {INTAKE_COLUMNS} FROM intake WHERE {condition}"
+        "SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id FROM intake \
+         WHERE {condition}"
     ))?;
     for &(source, key) in keys {
         let mut rows = select.query(params![key, source])?;
         if let Some(row) = rows.next()? {
-            found.insert((source.to_owned(), key.to_owned()), intake_row(row)?);
+            let outcome: String = row.get(1)?;
+            let answer = Answer {
+                outcome: outcome.parse().unwrap_or(Outcome::DeadLettered),
+                detail: row.get(2)?,
+                run_id: row.get(3)?,
+                workflow_id: row.get(4)?,
+                held_by_run_id: row.get(5)?,
+                intake_id: Some(row.get(0)?),
+                first_outcome: None,
+            };
+            found.insert((source.to_owned(), key.to_owned()), answer);
         }
     }
     Ok(found)
-}
-
-fn intake_row(row: &Row<'_>) -> rusqlite::Result<intake::Model> {
-    Ok(intake::Model {
-        id: row.get(0)?,
-        source: row.get(1)?,
-        delivery_id: row.get(2)?,
-        outcome: row.get(3)?,
-        detail: row.get(4)?,
-        channel: row.get(5)?,
-        event_type: row.get(6)?,
-        tenant_id: row.get(7)?,
-        target_entity_id: row.get(8)?,
-        payload: row.get(9)?,
-        raw_ref: row.get(10)?,
-        run_id: row.get(11)?,
-        workflow_id: row.get(12)?,
-        held_by_run_id: row.get(13)?,
-        message_key: row.get(14)?,
-        config_revision: row.get(15)?,
-        received_at: row.get(16)?,
-        decided_at: row.get(17)?,
-    })
 }
 
 /// The lease rows of `(tenant_id, target_entity_id)` keys that have one.

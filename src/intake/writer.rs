@@ -10,7 +10,7 @@ use switchyard_router::runs::begin_write;
 use switchyard_router::{lock_leases, now_millis};
 use tokio::sync::mpsc;
 
-use super::decide::{self, Found, Lookups};
+use super::decide::{self, Found, Lookups, SourceKey};
 use super::{Answer, Delivery, MAX_BATCH, Pending, StoreUnavailable};
 use crate::live::{Live, LiveConfig};
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
@@ -110,6 +110,12 @@ pub(super) fn backoff(attempt: u32) -> Duration {
     Duration::from_micros((2_000 << attempt.min(6)) + jitter)
 }
 
+fn answers_of(rows: HashMap<SourceKey, intake::Model>) -> HashMap<SourceKey, Answer> {
+    rows.into_iter()
+        .map(|(key, row)| (key, decide::first_answer(&row)))
+        .collect()
+}
+
 /// One transaction: dedup, route, lock, and write everything the batch decided.
 async fn commit_batch(
     db: &DatabaseConnection,
@@ -120,11 +126,11 @@ async fn commit_batch(
     let txn = begin_write(db).await?;
     let lookups = Lookups::needed(deliveries, live);
     let found = Found {
-        seen: ledger::existing_deliveries(&txn, &lookups.deliveries).await?,
+        seen: answers_of(ledger::existing_deliveries(&txn, &lookups.deliveries).await?),
         claimed: if lookups.messages.is_empty() {
             HashMap::new()
         } else {
-            ledger::claimed_messages(&txn, &lookups.messages).await?
+            answers_of(ledger::claimed_messages(&txn, &lookups.messages).await?)
         },
         leases: lock_leases(&txn, &lookups.leases).await?,
     };
