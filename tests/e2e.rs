@@ -12,5 +12,6 @@ mod e2e {
     mod reload;
     mod slack;
     mod spine;
+    mod sqlite;
     mod webhook;
 }
