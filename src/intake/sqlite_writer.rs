@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    CachedStatement, Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior, params,
+};
 use switchyard_core::Outcome;
 use switchyard_router::entities::entity_lock;
 use switchyard_router::entities::run::RunStatus;
@@ -239,47 +241,29 @@ fn leases(
 /// Writes everything the batch decided: leases, runs, raw bytes, ledger rows, cursors.
 fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
     let locks = &decided.locks;
-    if !locks.created.is_empty() {
-        // A plain insert: another process that created the row meanwhile makes it fail.
-        let mut insert = txn.prepare_cached(
-            "INSERT INTO entity_locks \
-             (tenant_id, target_entity_id, run_id, fencing_token, expires_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
-        for lease in &locks.created {
-            insert.execute(params![
-                lease.tenant_id,
-                lease.target_entity_id,
-                lease.run_id,
-                lease.fencing_token,
-                lease.expires_at,
-                lease.updated_at,
-            ])?;
-        }
-    }
-    if !locks.changed.is_empty() {
-        let mut update = txn.prepare_cached(
-            "UPDATE entity_locks SET run_id = ?3, fencing_token = ?4, expires_at = ?5, \
-             updated_at = ?6 WHERE target_entity_id = ?2 AND tenant_id = ?1",
-        )?;
-        for lease in &locks.changed {
-            update.execute(params![
-                lease.tenant_id,
-                lease.target_entity_id,
-                lease.run_id,
-                lease.fencing_token,
-                lease.expires_at,
-                lease.updated_at,
-            ])?;
-        }
-    }
-    if !locks.new_runs.is_empty() {
-        let mut insert = txn.prepare_cached(
-            "INSERT INTO runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, \
-             fencing_token, lock_ttl_ms, created_at, updated_at, finished_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )?;
-        for run in &locks.new_runs {
+    // A plain insert: another process that created the row meanwhile makes it fail.
+    each(
+        txn,
+        "INSERT INTO entity_locks \
+         (tenant_id, target_entity_id, run_id, fencing_token, expires_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        &locks.created,
+        |insert, lease| insert.execute(lease_params(lease)),
+    )?;
+    each(
+        txn,
+        "UPDATE entity_locks SET run_id = ?3, fencing_token = ?4, expires_at = ?5, \
+         updated_at = ?6 WHERE target_entity_id = ?2 AND tenant_id = ?1",
+        &locks.changed,
+        |update, lease| update.execute(lease_params(lease)),
+    )?;
+    each(
+        txn,
+        "INSERT INTO runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, \
+         fencing_token, lock_ttl_ms, created_at, updated_at, finished_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        &locks.new_runs,
+        |insert, run| {
             insert.execute(params![
                 run.id,
                 run.tenant_id,
@@ -292,44 +276,46 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
                 run.created_at,
                 run.updated_at,
                 run.finished_at,
-            ])?;
-        }
-    }
-    if !locks.expired_runs.is_empty() {
-        let mut expire = txn.prepare_cached(
-            "UPDATE runs SET status = ?2, updated_at = ?3, finished_at = ?3 \
-             WHERE id = ?1 AND status = ?4",
-        )?;
-        for run_id in &locks.expired_runs {
+            ])
+        },
+    )?;
+    each(
+        txn,
+        "UPDATE runs SET status = ?2, updated_at = ?3, finished_at = ?3 \
+         WHERE id = ?1 AND status = ?4",
+        &locks.expired_runs,
+        |expire, run_id| {
             expire.execute(params![
                 run_id,
                 RunStatus::Expired.as_str(),
                 locks.now,
                 RunStatus::Queued.as_str(),
-            ])?;
-        }
-    }
-    if !decided.raw.is_empty() {
-        let mut insert = txn.prepare_cached(
-            "INSERT INTO raw_deliveries (id, source, content_type, body, received_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        for raw in &decided.raw {
+            ])
+        },
+    )?;
+    each(
+        txn,
+        "INSERT INTO raw_deliveries (id, source, content_type, body, received_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        &decided.raw,
+        |insert, raw| {
             insert.execute(params![
                 raw.id,
                 raw.source,
                 raw.content_type,
                 raw.body,
                 raw.received_at,
-            ])?;
-        }
-    }
-    if !decided.ledger.is_empty() {
-        let mut insert = txn.prepare_cached(&format!(
-            "INSERT INTO intake ({INTAKE_COLUMNS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
-        ))?;
-        for row in &decided.ledger {
+            ])
+        },
+    )?;
+    each(
+        txn,
+        &format!(
+            "INSERT INTO intake ({INTAKE_COLUMNS}) VALUES \
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+        ),
+        &decided.ledger,
+        |insert, row| {
             insert.execute(params![
                 row.id,
                 row.source,
@@ -349,25 +335,53 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
                 row.config_revision,
                 row.received_at,
                 row.decided_at,
-            ])?;
-        }
-    }
-    if !decided.cursors.is_empty() {
-        let mut upsert = txn.prepare_cached(
-            "INSERT INTO mailbox_cursors (source, mailbox, uidvalidity, last_uid, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (source, mailbox) DO UPDATE SET \
-             uidvalidity = excluded.uidvalidity, last_uid = excluded.last_uid, \
-             updated_at = excluded.updated_at",
-        )?;
-        for cursor in &decided.cursors {
+            ])
+        },
+    )?;
+    each(
+        txn,
+        "INSERT INTO mailbox_cursors (source, mailbox, uidvalidity, last_uid, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (source, mailbox) DO UPDATE SET \
+         uidvalidity = excluded.uidvalidity, last_uid = excluded.last_uid, \
+         updated_at = excluded.updated_at",
+        &decided.cursors,
+        |upsert, cursor| {
             upsert.execute(params![
                 cursor.source,
                 cursor.mailbox,
                 cursor.uidvalidity,
                 cursor.last_uid,
                 cursor.updated_at,
-            ])?;
-        }
+            ])
+        },
+    )
+}
+
+/// Runs the cached statement `sql` once per item (not even prepared when there is none).
+fn each<T>(
+    txn: &Transaction<'_>,
+    sql: &str,
+    items: &[T],
+    mut execute: impl FnMut(&mut CachedStatement<'_>, &T) -> rusqlite::Result<usize>,
+) -> rusqlite::Result<()> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let mut statement = txn.prepare_cached(sql)?;
+    for item in items {
+        execute(&mut statement, item)?;
     }
     Ok(())
+}
+
+/// `(tenant_id, target_entity_id, run_id, fencing_token, expires_at, updated_at)`.
+fn lease_params(lease: &entity_lock::Model) -> impl rusqlite::Params + '_ {
+    (
+        &lease.tenant_id,
+        &lease.target_entity_id,
+        &lease.run_id,
+        lease.fencing_token,
+        lease.expires_at,
+        lease.updated_at,
+    )
 }
