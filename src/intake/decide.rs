@@ -274,13 +274,32 @@ fn ledger_row(
 
 /// The answer a stored ledger row gave: what its later copies are duplicates of.
 pub(super) fn first_answer(row: &intake::Model) -> Answer {
+    recorded_answer(
+        row.id.clone(),
+        &row.outcome,
+        row.detail.clone(),
+        row.run_id.clone(),
+        row.workflow_id.clone(),
+        row.held_by_run_id.clone(),
+    )
+}
+
+/// The answer a ledger row with these columns gave (for a writer that reads only them).
+pub(super) fn recorded_answer(
+    intake_id: String,
+    outcome: &str,
+    detail: Option<String>,
+    run_id: Option<String>,
+    workflow_id: Option<String>,
+    held_by_run_id: Option<String>,
+) -> Answer {
     Answer {
-        outcome: row.outcome.parse().unwrap_or(Outcome::DeadLettered),
-        detail: row.detail.clone(),
-        run_id: row.run_id.clone(),
-        workflow_id: row.workflow_id.clone(),
-        held_by_run_id: row.held_by_run_id.clone(),
-        intake_id: Some(row.id.clone()),
+        outcome: outcome.parse().unwrap_or(Outcome::DeadLettered),
+        detail,
+        run_id,
+        workflow_id,
+        held_by_run_id,
+        intake_id: Some(intake_id),
         first_outcome: None,
     }
 }

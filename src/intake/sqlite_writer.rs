@@ -13,7 +13,6 @@ use std::time::Duration;
 use rusqlite::{
     CachedStatement, Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior, params,
 };
-use switchyard_core::Outcome;
 use switchyard_router::entities::entity_lock;
 use switchyard_router::entities::run::RunStatus;
 use switchyard_router::now_millis;
@@ -194,15 +193,14 @@ fn first_answers(
         let mut rows = select.query(params![key, source])?;
         if let Some(row) = rows.next()? {
             let outcome: String = row.get(1)?;
-            let answer = Answer {
-                outcome: outcome.parse().unwrap_or(Outcome::DeadLettered),
-                detail: row.get(2)?,
-                run_id: row.get(3)?,
-                workflow_id: row.get(4)?,
-                held_by_run_id: row.get(5)?,
-                intake_id: Some(row.get(0)?),
-                first_outcome: None,
-            };
+            let answer = decide::recorded_answer(
+                row.get(0)?,
+                &outcome,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+            );
             found.insert((source.to_owned(), key.to_owned()), answer);
         }
     }
