@@ -193,11 +193,13 @@ pub async fn messages(client: &mut Client, mailbox: &str) -> Vec<(u32, Vec<Strin
         .try_collect()
         .await
         .unwrap();
+    // Every answer to UID FETCH carries the UID. A FETCH without one is an unsolicited flag
+    // update caused by another session (the poller under test), not one of the answers.
     let mut out: Vec<_> = fetches
         .iter()
-        .map(|f| {
+        .filter_map(|f| {
             let flags = f.flags().map(|flag| format!("{flag:?}")).collect();
-            (f.uid.unwrap(), flags)
+            Some((f.uid?, flags))
         })
         .collect();
     out.sort();
