@@ -228,6 +228,22 @@ struct Pending {
     reply: Reply,
 }
 
+/// Sends each sender of a committed batch its answer, in batch order.
+fn answer_all(batch: Vec<Pending>, answers: Vec<Answer>) {
+    for (pending, answer) in batch.into_iter().zip(answers) {
+        let _ = pending.reply.send(Ok(answer));
+    }
+}
+
+/// Tells every sender of `batch` that the store refused it (they answer 503 + Retry-After).
+fn refuse_all(batch: Vec<Pending>, error: &dyn std::fmt::Display) {
+    tracing::error!(%error, size = batch.len(), "the store refused deliveries; senders are told to retry");
+    let refusal = StoreUnavailable(error.to_string());
+    for pending in batch {
+        let _ = pending.reply.send(Err(refusal.clone()));
+    }
+}
+
 /// The handle handlers submit deliveries through.
 #[derive(Debug, Clone)]
 pub struct Intake {

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use super::decide::{self, Decided, Found, Lookups, SourceKey};
 use super::sqlite_checkpoint::{self, Nudge};
-use super::{Answer, Delivery, MAX_BATCH, Pending, StoreUnavailable};
+use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all};
 use crate::config::Durability;
 use crate::live::{Live, LiveConfig};
 
@@ -96,9 +96,7 @@ fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>) {
                 micros = started.elapsed().as_micros() as u64,
                 "batch committed"
             );
-            for (pending, answer) in batch.into_iter().zip(answers) {
-                let _ = pending.reply.send(Ok(answer));
-            }
+            answer_all(batch, answers);
         }
         Err(error) if batch.len() > 1 => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
@@ -106,13 +104,7 @@ fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>) {
                 decide(conn, live, vec![pending]);
             }
         }
-        Err(error) => {
-            tracing::error!(%error, size = batch.len(), "the store refused deliveries; senders are told to retry");
-            let refusal = StoreUnavailable(error.to_string());
-            for pending in batch {
-                let _ = pending.reply.send(Err(refusal.clone()));
-            }
-        }
+        Err(error) => refuse_all(batch, &error),
     }
 }
 

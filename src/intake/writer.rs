@@ -11,7 +11,7 @@ use switchyard_router::{lock_leases, now_millis};
 use tokio::sync::mpsc;
 
 use super::decide::{self, Found, Lookups, SourceKey};
-use super::{Answer, Delivery, MAX_BATCH, Pending, StoreUnavailable};
+use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all};
 use crate::live::{Live, LiveConfig};
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
 use crate::store::ledger;
@@ -38,9 +38,7 @@ async fn decide(db: &DatabaseConnection, live: &Live, batch: Vec<Pending>) {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     match commit_with_retries(db, live, &deliveries).await {
         Ok(answers) => {
-            for (pending, answer) in batch.into_iter().zip(answers) {
-                let _ = pending.reply.send(Ok(answer));
-            }
+            answer_all(batch, answers);
         }
         Err(error) if batch.len() > 1 && !is_connection_error(&error) => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
@@ -48,13 +46,7 @@ async fn decide(db: &DatabaseConnection, live: &Live, batch: Vec<Pending>) {
                 Box::pin(decide(db, live, vec![pending])).await;
             }
         }
-        Err(error) => {
-            tracing::error!(%error, size = batch.len(), "the store refused deliveries; senders are told to retry");
-            let refusal = StoreUnavailable(error.to_string());
-            for pending in batch {
-                let _ = pending.reply.send(Err(refusal.clone()));
-            }
-        }
+        Err(error) => refuse_all(batch, &error),
     }
 }
 
