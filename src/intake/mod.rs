@@ -8,6 +8,7 @@
 //! ([`writer`]).
 
 mod decide;
+mod postgres_batch;
 mod sqlite_checkpoint;
 mod sqlite_writer;
 mod writer;

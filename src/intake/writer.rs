@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use sea_orm::sea_query::OnConflict;
-use sea_orm::{DatabaseConnection, DbErr, EntityTrait, SqlErr};
+use sea_orm::{DatabaseConnection, DbBackend, DbErr, EntityTrait, SqlErr};
 use switchyard_router::runs::begin_write;
 use switchyard_router::{lock_leases, now_millis};
 use tokio::sync::mpsc;
 
 use super::decide::{self, Found, Lookups, SourceKey};
+use super::postgres_batch;
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all};
 use crate::live::{Live, LiveConfig};
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
@@ -108,12 +109,17 @@ fn answers_of(rows: HashMap<SourceKey, intake::Model>) -> HashMap<SourceKey, Ans
         .collect()
 }
 
-/// One transaction: dedup, route, lock, and write everything the batch decided.
+/// One transaction: dedup, route, lock, and write everything the batch decided. PostgreSQL has
+/// its own fixed statements ([`postgres_batch`]); MySQL goes through sea-orm.
 async fn commit_batch(
     db: &DatabaseConnection,
     live: &Live,
     deliveries: &[&Delivery],
 ) -> Result<Vec<Answer>, DbErr> {
+    if db.get_database_backend() == DbBackend::Postgres {
+        let pool = db.get_postgres_connection_pool();
+        return postgres_batch::commit_batch(pool, live, deliveries).await;
+    }
     let now = now_millis();
     let txn = begin_write(db).await?;
     let lookups = Lookups::needed(deliveries, live);

@@ -154,6 +154,13 @@ async fn signed_ticket_events_route_deduplicate_and_lock_on_every_backend() {
         assert_eq!(ledger[0]["event"]["event_type"], "ticket.created");
         assert_eq!(ledger[0]["event"]["tenant_id"], "acme");
         assert_eq!(ledger[0]["event"]["target_entity_id"], "5158");
+        // The bytes as signed are kept (`bytea` on PostgreSQL, written as an array there).
+        let raw_ref = ledger[0]["event"]["raw_ref"].as_str().expect("a raw_ref");
+        assert_eq!(
+            daemon.raw(raw_ref).await.as_deref(),
+            Ok(&created[..]),
+            "{backend:?}"
+        );
 
         // Zendesk retries a delivery it got no 2xx for; the retry is signed afresh.
         let (status, again) = signed(created).send(&daemon).await;
