@@ -81,6 +81,7 @@ fn run(
         let revision = live.current();
         decide(&mut conn, &revision, std::mem::take(&mut batch));
         checkpoints.committed();
+        checkpoints.catch_up(&conn);
     }
 }
 

@@ -46,3 +46,46 @@ async fn the_wal_reaches_the_database_file_in_the_background() {
     );
     assert_eq!(daemon.intake("limit=1000").await.len(), 400);
 }
+
+/// Under load that never pauses, the write-ahead log still starts over after each checkpoint:
+/// the writer copies the last frames itself between two batches. Without that, every commit
+/// would append to the WAL for as long as the load lasts.
+#[tokio::test]
+async fn the_wal_starts_over_under_sustained_load() {
+    let db = TestDb::create(Backend::Sqlite)
+        .await
+        .expect("SQLite is embedded");
+    let daemon = Daemon::start(&db, &config(&db, WORKED_EXAMPLE), &[]).await;
+    let size = |name: &str| {
+        std::fs::metadata(db.dir.path().join(name))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+
+    // 32 clients, each posting its next event as soon as it is answered, for 3 seconds.
+    let until = Instant::now() + Duration::from_secs(3);
+    let clients = (0..32).map(|client| {
+        let daemon = &daemon;
+        async move {
+            let mut sent = 0_u32;
+            while Instant::now() < until {
+                let mut body = event("webhook", "ticket.created", "acme", &unique("T"));
+                body["payload"] = json!({"description": "x".repeat(500)});
+                let (status, answer) = daemon
+                    .post_event(&format!("load-{client}-{sent}"), &body)
+                    .await;
+                assert!(status.is_success(), "{status}: {answer}");
+                sent += 1;
+            }
+            sent
+        }
+    });
+    let sent: u32 = join_all(clients).await.into_iter().sum();
+
+    let (wal, database) = (size("switchyard.db-wal"), size("switchyard.db"));
+    assert!(
+        wal < database,
+        "after {sent} deliveries the WAL is {wal} bytes, the database {database}: the WAL kept \
+         growing instead of starting over"
+    );
+}
