@@ -94,7 +94,8 @@ pub struct DatabaseConfig {
     /// Connection pool size (default 4 on SQLite, 16 otherwise).
     #[serde(default)]
     pub max_connections: Option<u32>,
-    /// Intake writers committing in parallel (SQLite always 1; default 4 otherwise).
+    /// Intake writers committing in parallel (SQLite always 1; default 1 on PostgreSQL, 4 on
+    /// MySQL).
     #[serde(default)]
     pub writers: Option<usize>,
 }

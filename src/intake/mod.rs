@@ -256,8 +256,15 @@ pub struct Intake {
 const QUEUE_DEPTH: usize = 4096;
 /// Most deliveries decided in one transaction; bounds statement size on every backend.
 const MAX_BATCH: usize = 256;
-/// Pool writers committing in parallel on PostgreSQL/MySQL unless `database.writers` says.
-const DEFAULT_POOL_WRITERS: usize = 4;
+/// Pool writers committing in parallel unless `database.writers` says. One on PostgreSQL: a
+/// batch there is a few prepared statements on a connection the writer keeps, and on two cores
+/// one writer answered more than two or four (BENCHMARKS.md). MySQL keeps four.
+fn default_pool_writers(backend: DbBackend) -> usize {
+    match backend {
+        DbBackend::Postgres => 1,
+        _ => 4,
+    }
+}
 
 impl Intake {
     /// Starts the writers of the migrated database `db` (opened from `url`): on SQLite one
@@ -276,7 +283,10 @@ impl Intake {
                 .with_context(|| format!("cannot open {} for the intake writer", path.display()))?;
             vec![tx]
         } else {
-            (0..config.writers.unwrap_or(DEFAULT_POOL_WRITERS).max(1))
+            let writers = config
+                .writers
+                .unwrap_or_else(|| default_pool_writers(db.get_database_backend()));
+            (0..writers.max(1))
                 .map(|_| {
                     let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
                     tokio::spawn(writer::run(db.clone(), live.clone(), rx));

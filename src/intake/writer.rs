@@ -20,31 +20,51 @@ use crate::store::ledger;
 /// Tries of one batch when it lost a race with another writer (unique key, deadlock).
 pub(super) const ATTEMPTS: u32 = 5;
 
+/// Where a writer commits: PostgreSQL with its own statements on a connection it keeps
+/// ([`postgres_batch`]), MySQL through sea-orm.
+enum Store {
+    Postgres(postgres_batch::Writer),
+    Orm(DatabaseConnection),
+}
+
 /// Runs until every sender is gone.
 pub(super) async fn run(
     db: DatabaseConnection,
     live: LiveConfig,
     mut queue: mpsc::Receiver<Pending>,
 ) {
+    let mut store = if db.get_database_backend() == DbBackend::Postgres {
+        Store::Postgres(postgres_batch::Writer::new(
+            db.get_postgres_connection_pool().clone(),
+        ))
+    } else {
+        Store::Orm(db)
+    };
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let revision = live.current();
-        decide(&db, &revision, std::mem::take(&mut batch)).await;
+        decide(&mut store, &revision, std::mem::take(&mut batch)).await;
     }
 }
 
 /// Decides and answers every delivery of `batch`. If the batch as a whole keeps failing, each
 /// delivery is tried alone, so one poisonous delivery cannot refuse its neighbours.
-async fn decide(db: &DatabaseConnection, live: &Live, batch: Vec<Pending>) {
+async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>) {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
-    match commit_with_retries(db, live, &deliveries).await {
+    let started = std::time::Instant::now();
+    match commit_with_retries(store, live, &deliveries).await {
         Ok(answers) => {
+            tracing::debug!(
+                size = answers.len(),
+                micros = started.elapsed().as_micros() as u64,
+                "batch committed"
+            );
             answer_all(batch, answers);
         }
         Err(error) if batch.len() > 1 && !is_connection_error(&error) => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
             for pending in batch {
-                Box::pin(decide(db, live, vec![pending])).await;
+                Box::pin(decide(store, live, vec![pending])).await;
             }
         }
         Err(error) => refuse_all(batch, &error),
@@ -52,14 +72,18 @@ async fn decide(db: &DatabaseConnection, live: &Live, batch: Vec<Pending>) {
 }
 
 async fn commit_with_retries(
-    db: &DatabaseConnection,
+    store: &mut Store,
     live: &Live,
     deliveries: &[&Delivery],
 ) -> Result<Vec<Answer>, DbErr> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match commit_batch(db, live, deliveries).await {
+        let result = match store {
+            Store::Postgres(writer) => writer.commit_batch(live, deliveries).await,
+            Store::Orm(db) => commit_batch(db, live, deliveries).await,
+        };
+        match result {
             Err(error) if attempt < ATTEMPTS && is_lost_race(&error) => {
                 tracing::debug!(%error, attempt, "batch lost a race with another writer; retrying");
                 tokio::time::sleep(backoff(attempt)).await;
@@ -109,17 +133,12 @@ fn answers_of(rows: HashMap<SourceKey, intake::Model>) -> HashMap<SourceKey, Ans
         .collect()
 }
 
-/// One transaction: dedup, route, lock, and write everything the batch decided. PostgreSQL has
-/// its own fixed statements ([`postgres_batch`]); MySQL goes through sea-orm.
+/// One transaction through sea-orm: dedup, route, lock, and write everything the batch decided.
 async fn commit_batch(
     db: &DatabaseConnection,
     live: &Live,
     deliveries: &[&Delivery],
 ) -> Result<Vec<Answer>, DbErr> {
-    if db.get_database_backend() == DbBackend::Postgres {
-        let pool = db.get_postgres_connection_pool();
-        return postgres_batch::commit_batch(pool, live, deliveries).await;
-    }
     let now = now_millis();
     let txn = begin_write(db).await?;
     let lookups = Lookups::needed(deliveries, live);

@@ -91,15 +91,18 @@ async fn one_delivery_hundred_copies_two_daemons_one_routed() {
     }
 }
 
-/// Distinct entities under the same load all route: the batch writer does not serialise them
-/// into conflicts.
+/// Distinct entities under the same load all route: the batch writers (four per daemon here,
+/// sharded by entity; SQLite has one) do not serialise them into conflicts.
 #[tokio::test]
 async fn distinct_entities_all_route_under_concurrency() {
     for backend in Backend::ALL {
         let Some(db) = TestDb::create(backend).await else {
             continue;
         };
-        let (a, b) = two_daemons_on(&db).await;
+        let text = config(&db, WORKED_EXAMPLE).replace("[database]\n", "[database]\nwriters = 4\n");
+        assert!(text.contains("writers = 4"), "{text}");
+        let a = Daemon::start(&db, &text, &[]).await;
+        let b = Daemon::start(&db, &text, &[]).await;
         let requests = (0..100).map(|n| {
             let daemon = if n % 2 == 0 { &a } else { &b };
             async move {
