@@ -1,9 +1,9 @@
-//! One batch on PostgreSQL: the pool writer's lookups and writes as three fixed statements over
+//! One batch on PostgreSQL: the pool writer's lookups and writes as two fixed statements over
 //! arrays (`UNNEST`), so each is parsed and planned once per connection, not once per batch size.
 //!
-//! A batch is `BEGIN`, one lookup of stored answers (duplicates and claimed messages), one
-//! row-locking lookup of leases, one statement that writes every table through data-modifying
-//! `WITH` clauses, and `COMMIT`: five round trips (six when an expired lease is taken over).
+//! A batch is `BEGIN`, one lookup (stored answers for duplicates and claimed messages, and the
+//! row-locked leases), one statement that writes every table through data-modifying `WITH`
+//! clauses, and `COMMIT`: four round trips (five when an expired lease is taken over).
 //! Multi-row `VALUES` lists and `IN (...)` lists made PostgreSQL parse and plan a new statement
 //! text for almost every batch, which cost it more CPU than the rows themselves.
 //!
@@ -21,6 +21,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use sea_orm::sqlx::pool::PoolConnection;
+use sea_orm::sqlx::postgres::PgRow;
 use sea_orm::sqlx::{self, Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 use sea_orm::{DbErr, RuntimeErr};
 use switchyard_router::entities::entity_lock;
@@ -74,122 +75,123 @@ async fn commit_batch(
     let now = now_millis();
     let mut txn = conn.begin_with(BEGIN).await.map_err(db_err)?;
     let lookups = Lookups::needed(deliveries, live);
-    let (seen, claimed) = first_answers(&mut txn, &lookups.deliveries, &lookups.messages).await?;
-    let found = Found {
-        seen,
-        claimed,
-        leases: leases(&mut txn, &lookups.leases).await?,
-    };
+    let found = look_up(&mut txn, &lookups).await?;
     let decided = decide::decide(deliveries, lookups, found, live, now);
     let answers = write(&mut txn, decided).await?;
     txn.commit().await.map_err(db_err)?;
     Ok(answers)
 }
 
-/// Stored answers by delivery id (`false`) and by claimed message key (`true`).
-const FIRST_ANSWERS: &str = "\
-    SELECT false, k.source, k.key, i.* \
-    FROM UNNEST($1::text[], $2::text[]) AS k(source, key) \
-    CROSS JOIN LATERAL ( \
-        SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id FROM intake \
-        WHERE delivery_id = k.key AND source = k.source LIMIT 1 \
-    ) AS i \
-    UNION ALL \
-    SELECT true, k.source, k.key, i.* \
-    FROM UNNEST($3::text[], $4::text[]) AS k(source, key) \
-    CROSS JOIN LATERAL ( \
-        SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id FROM intake \
-        WHERE message_key = k.key AND source = k.source LIMIT 1 \
-    ) AS i";
-
-/// The answer of the ledger row of each `(source, delivery_id)` and of the routed row that
-/// claimed each `(source, message_key)`.
-async fn first_answers(
-    txn: &mut Transaction<'_, Postgres>,
-    deliveries: &[(&str, &str)],
-    messages: &[(&str, &str)],
-) -> Result<(HashMap<SourceKey, Answer>, HashMap<SourceKey, Answer>), DbErr> {
-    let (delivery_sources, delivery_ids): (Vec<&str>, Vec<&str>) =
-        deliveries.iter().copied().unzip();
-    let (message_sources, message_keys): (Vec<&str>, Vec<&str>) = messages.iter().copied().unzip();
-    let rows = sqlx::query(FIRST_ANSWERS)
-        .bind(delivery_sources)
-        .bind(delivery_ids)
-        .bind(message_sources)
-        .bind(message_keys)
-        .fetch_all(&mut **txn)
-        .await
-        .map_err(db_err)?;
-    let (mut seen, mut claimed) = (HashMap::new(), HashMap::new());
-    for row in rows {
-        let outcome: String = row.try_get(4).map_err(db_err)?;
-        let answer = decide::recorded_answer(
-            row.try_get(3).map_err(db_err)?,
-            &outcome,
-            row.try_get(5).map_err(db_err)?,
-            row.try_get(6).map_err(db_err)?,
-            row.try_get(7).map_err(db_err)?,
-            row.try_get(8).map_err(db_err)?,
-        );
-        let key = (
-            row.try_get(1).map_err(db_err)?,
-            row.try_get(2).map_err(db_err)?,
-        );
-        let by_message: bool = row.try_get(0).map_err(db_err)?;
-        if by_message { &mut claimed } else { &mut seen }.insert(key, answer);
-    }
-    Ok((seen, claimed))
-}
-
-const LEASES: &str = "\
+/// Everything a batch needs to know, in one round trip: the stored answer of each
+/// `(source, delivery_id)` (`delivery` rows), of the routed row that claimed each
+/// `(source, message_key)` (`message`), and the lease row of each `(tenant_id,
+/// target_entity_id)` that has one (`lease`), row-locked until the commit.
+const LOOK_UP: &str = "\
+WITH leases AS ( \
     SELECT l.* \
-    FROM UNNEST($1::text[], $2::text[]) AS k(tenant_id, target_entity_id) \
+    FROM UNNEST($5::text[], $6::text[]) AS k(tenant_id, target_entity_id) \
     CROSS JOIN LATERAL ( \
         SELECT tenant_id, target_entity_id, run_id, fencing_token, expires_at, updated_at \
         FROM entity_locks \
         WHERE target_entity_id = k.target_entity_id AND tenant_id = k.tenant_id \
         LIMIT 1 FOR UPDATE \
-    ) AS l";
+    ) AS l \
+) \
+SELECT 'delivery', k.source, k.key, i.id, i.outcome, i.detail, i.run_id, i.workflow_id, \
+       i.held_by_run_id, NULL::int8, NULL::int8, NULL::int8 \
+FROM UNNEST($1::text[], $2::text[]) AS k(source, key) \
+CROSS JOIN LATERAL ( \
+    SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id FROM intake \
+    WHERE delivery_id = k.key AND source = k.source LIMIT 1 \
+) AS i \
+UNION ALL \
+SELECT 'message', k.source, k.key, i.id, i.outcome, i.detail, i.run_id, i.workflow_id, \
+       i.held_by_run_id, NULL, NULL, NULL \
+FROM UNNEST($3::text[], $4::text[]) AS k(source, key) \
+CROSS JOIN LATERAL ( \
+    SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id FROM intake \
+    WHERE message_key = k.key AND source = k.source LIMIT 1 \
+) AS i \
+UNION ALL \
+SELECT 'lease', tenant_id, target_entity_id, NULL, NULL, NULL, run_id, NULL, NULL, \
+       fencing_token, expires_at, updated_at \
+FROM leases";
 
-/// The lease rows of `(tenant_id, target_entity_id)` keys that have one, row-locked until the
-/// commit (keys in sorted order, so two replicas lock shared rows in the same order).
-async fn leases(
+/// Runs [`LOOK_UP`] for a batch's [`Lookups`]. Lease keys go in sorted, so two replicas lock
+/// shared rows in the same order.
+async fn look_up(
     txn: &mut Transaction<'_, Postgres>,
-    keys: &[(String, String)],
-) -> Result<Vec<entity_lock::Model>, DbErr> {
-    if keys.is_empty() {
-        return Ok(Vec::new());
-    }
-    let (tenants, entities): (Vec<&str>, Vec<&str>) = keys
+    lookups: &Lookups<'_>,
+) -> Result<Found, DbErr> {
+    let (delivery_sources, delivery_ids): (Vec<&str>, Vec<&str>) =
+        lookups.deliveries.iter().copied().unzip();
+    let (message_sources, message_keys): (Vec<&str>, Vec<&str>) =
+        lookups.messages.iter().copied().unzip();
+    let (tenants, entities): (Vec<&str>, Vec<&str>) = lookups
+        .leases
         .iter()
         .map(|(tenant, entity)| (tenant.as_str(), entity.as_str()))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .unzip();
-    let rows = sqlx::query(LEASES)
+    let rows = sqlx::query(LOOK_UP)
+        .bind(delivery_sources)
+        .bind(delivery_ids)
+        .bind(message_sources)
+        .bind(message_keys)
         .bind(tenants)
         .bind(entities)
         .fetch_all(&mut **txn)
         .await
         .map_err(db_err)?;
-    rows.iter()
-        .map(|row| {
-            Ok(entity_lock::Model {
-                tenant_id: row.try_get(0)?,
-                target_entity_id: row.try_get(1)?,
-                run_id: row.try_get(2)?,
-                fencing_token: row.try_get(3)?,
-                expires_at: row.try_get(4)?,
-                updated_at: row.try_get(5)?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(db_err)
+    let mut found = Found {
+        seen: HashMap::new(),
+        claimed: HashMap::new(),
+        leases: Vec::new(),
+    };
+    for row in rows {
+        found_row(&mut found, &row).map_err(db_err)?;
+    }
+    Ok(found)
+}
+
+/// Adds one row of [`LOOK_UP`] to what was found.
+fn found_row(found: &mut Found, row: &PgRow) -> Result<(), sqlx::Error> {
+    let kind: &str = row.try_get(0)?;
+    let key: SourceKey = (row.try_get(1)?, row.try_get(2)?);
+    if kind == "lease" {
+        let (tenant_id, target_entity_id) = key;
+        found.leases.push(entity_lock::Model {
+            tenant_id,
+            target_entity_id,
+            run_id: row.try_get(6)?,
+            fencing_token: row.try_get(9)?,
+            expires_at: row.try_get(10)?,
+            updated_at: row.try_get(11)?,
+        });
+        return Ok(());
+    }
+    let outcome: &str = row.try_get(4)?;
+    let answer = decide::recorded_answer(
+        row.try_get(3)?,
+        outcome,
+        row.try_get(5)?,
+        row.try_get(6)?,
+        row.try_get(7)?,
+        row.try_get(8)?,
+    );
+    let answers = if kind == "message" {
+        &mut found.claimed
+    } else {
+        &mut found.seen
+    };
+    answers.insert(key, answer);
+    Ok(())
 }
 
 /// Every write of a batch but the expiry of runs, in one statement; each `WITH` clause is a
 /// no-op for empty arrays. A lease created meanwhile by another replica makes `created` fail
-/// and the batch retry; the `changed` rows are row-locked by [`LEASES`].
+/// and the batch retry; the `changed` rows are row-locked by [`LOOK_UP`].
 const WRITE: &str = "\
 WITH created AS ( \
     INSERT INTO entity_locks \
