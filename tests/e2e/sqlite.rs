@@ -9,14 +9,19 @@ use serde_json::json;
 use super::harness::{Backend, Daemon, TestDb, config, event, unique};
 use super::spine::WORKED_EXAMPLE;
 
-/// The intake writer never checkpoints inside a commit; a thread of its own does. Without it
-/// the database file would stay as migrated while the WAL grew without end.
-#[tokio::test]
-async fn the_wal_reaches_the_database_file_in_the_background() {
+async fn daemon_on_sqlite() -> (TestDb, Daemon) {
     let db = TestDb::create(Backend::Sqlite)
         .await
         .expect("SQLite is embedded");
     let daemon = Daemon::start(&db, &config(&db, WORKED_EXAMPLE), &[]).await;
+    (db, daemon)
+}
+
+/// The intake writer never checkpoints inside a commit; a thread of its own does. Without it
+/// the database file would stay as migrated while the WAL grew without end.
+#[tokio::test]
+async fn the_wal_reaches_the_database_file_in_the_background() {
+    let (db, daemon) = daemon_on_sqlite().await;
     let file = db.dir.path().join("switchyard.db");
     let size = || std::fs::metadata(&file).expect("database file").len();
     let before = size();
@@ -52,10 +57,7 @@ async fn the_wal_reaches_the_database_file_in_the_background() {
 /// would append to the WAL for as long as the load lasts.
 #[tokio::test]
 async fn the_wal_starts_over_under_sustained_load() {
-    let db = TestDb::create(Backend::Sqlite)
-        .await
-        .expect("SQLite is embedded");
-    let daemon = Daemon::start(&db, &config(&db, WORKED_EXAMPLE), &[]).await;
+    let (db, daemon) = daemon_on_sqlite().await;
     let size = |name: &str| {
         std::fs::metadata(db.dir.path().join(name))
             .map(|m| m.len())
