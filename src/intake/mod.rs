@@ -4,8 +4,8 @@
 //! take whatever deliveries are waiting, decide them all in one transaction (dedup, route, lock,
 //! ledger, raw bytes, mailbox cursor; [`decide`]) and commit once: group commit. Each sender is
 //! answered only after that commit. On SQLite one thread with its own connection writes
-//! ([`sqlite_writer`]); on PostgreSQL/MySQL several tasks share the pool, sharded by entity
-//! ([`writer`]).
+//! ([`sqlite_writer`]); on PostgreSQL/MySQL writer tasks take connections from the pool, sharded
+//! by entity ([`writer`]; one on PostgreSQL unless configured).
 
 mod decide;
 mod postgres_batch;

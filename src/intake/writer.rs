@@ -1,5 +1,6 @@
 //! The pool intake writer (PostgreSQL, MySQL): decides a batch of deliveries in one transaction
-//! on a pooled connection and commits once. Several run in parallel, sharded by entity.
+//! and commits once, on PostgreSQL with fixed statements on a connection it keeps
+//! ([`postgres_batch`]), on MySQL through sea-orm. Several may run, sharded by entity.
 
 use std::collections::HashMap;
 use std::time::Duration;
