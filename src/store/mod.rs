@@ -19,8 +19,9 @@ use crate::config::{DatabaseConfig, Durability};
 /// Longest id or key the indexed columns hold (tenant, event type, entity, delivery id, ...).
 pub const MAX_KEY_LEN: usize = switchyard_migrations::KEY_LEN as usize;
 
-/// Prepared statements kept per connection. The writer's multi-row statements differ by batch
-/// size (1 to 256 rows, several statements each); sqlx's default of 100 re-prepared them.
+/// Prepared statements kept per connection. The MySQL intake writer's multi-row statements
+/// differ by batch size (1 to 256 rows, several statements each); sqlx's default of 100
+/// re-prepared them. (The SQLite and PostgreSQL writers use fixed statement texts.)
 const STATEMENT_CACHE: usize = 2048;
 
 /// Opens the pool. SQLite runs in WAL mode with `synchronous` per the configured durability,
