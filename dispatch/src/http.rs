@@ -1,0 +1,278 @@
+//! The `http` transport: a signed CloudEvents POST (Standard Webhooks headers), redirects not
+//! followed, concurrency capped per target.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::{StatusCode, Url};
+use tokio::sync::Semaphore;
+
+use crate::DispatchError;
+use crate::message;
+use crate::schedule::RetryHint;
+use crate::signature::{self, SigningKey};
+use crate::transport::{
+    Attempt, AttemptResult, EXCERPT_LIMIT, Outbound, Rejection, Transport, error_chain,
+};
+
+/// Floor for the next delay after a 429 or a timeout: the receiver is struggling.
+const SLOW_DOWN: Duration = Duration::from_secs(60);
+/// Sent as `user-agent`.
+const USER_AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
+
+/// An HTTP endpoint runs are POSTed to.
+#[derive(Debug, Clone)]
+pub struct HttpTarget {
+    /// `http://` or `https://` URL.
+    pub url: String,
+    /// Keys to sign with, one signature each; empty = unsigned (insecure_skip_signature).
+    pub signing_keys: Vec<SigningKey>,
+    /// Whole-request timeout (connect, send, response and the kept part of the body).
+    pub timeout: Duration,
+    /// Most requests in flight to this target at once.
+    pub max_in_flight: usize,
+    /// Treat 4xx other than 410 as retryable instead of a rejection.
+    pub retry_on_4xx: bool,
+}
+
+/// Delivers to one [`HttpTarget`].
+#[derive(Debug)]
+pub struct HttpTransport {
+    url: Url,
+    signing_keys: Vec<SigningKey>,
+    retry_on_4xx: bool,
+    client: reqwest::Client,
+    in_flight: Semaphore,
+}
+
+impl HttpTransport {
+    /// Checks the target and builds its client (rustls, no redirects, the target's timeout).
+    pub fn new(target: HttpTarget) -> Result<Self, DispatchError> {
+        let url = Url::parse(&target.url).map_err(|error| DispatchError::InvalidUrl {
+            url: target.url.clone(),
+            reason: error.to_string(),
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(DispatchError::InvalidUrl {
+                url: target.url,
+                reason: format!("scheme `{}` is not http or https", url.scheme()),
+            });
+        }
+        if target.max_in_flight == 0 {
+            return Err(DispatchError::ZeroInFlight);
+        }
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(target.timeout)
+            .user_agent(USER_AGENT)
+            .build()
+            .map_err(DispatchError::HttpClient)?;
+        Ok(HttpTransport {
+            url,
+            signing_keys: target.signing_keys,
+            retry_on_4xx: target.retry_on_4xx,
+            client,
+            in_flight: Semaphore::new(target.max_in_flight),
+        })
+    }
+
+    async fn attempt(&self, out: Outbound<'_>) -> Attempt {
+        let Ok(_permit) = self.in_flight.acquire().await else {
+            // The semaphore is never closed; answer rather than panic if that changes.
+            return Attempt::failed(
+                RetryHint::default(),
+                "transport is shutting down".to_owned(),
+                Duration::ZERO,
+            );
+        };
+        let started = Instant::now();
+        let timestamp = unix_secs(SystemTime::now());
+        let mut request = self
+            .client
+            .post(self.url.clone())
+            .header(CONTENT_TYPE, message::CONTENT_TYPE)
+            .header("webhook-id", out.id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .body(Bytes::copy_from_slice(out.body));
+        if !self.signing_keys.is_empty() {
+            let signature = signature::sign(&self.signing_keys, out.id, timestamp, out.body);
+            request = request.header("webhook-signature", signature);
+        }
+        if let Some(traceparent) = out.traceparent {
+            // A malformed traceparent must not cost the delivery.
+            match HeaderValue::from_str(traceparent) {
+                Ok(value) => request = request.header("traceparent", value),
+                Err(error) => {
+                    tracing::warn!(%error, id = out.id, "The traceparent is not a valid header value; sending without it.")
+                }
+            }
+        }
+
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(error) => {
+                let hint = if error.is_timeout() {
+                    RetryHint {
+                        at_least: Some(SLOW_DOWN),
+                        ..RetryHint::default()
+                    }
+                } else {
+                    RetryHint::default()
+                };
+                let words = if error.is_timeout() {
+                    format!("timed out: {}", error_chain(&error))
+                } else {
+                    error_chain(&error)
+                };
+                return Attempt::failed(hint, words, started.elapsed());
+            }
+        };
+
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| parse_retry_after(value, SystemTime::now()));
+        let (excerpt, body_error) = read_excerpt(response).await;
+        Attempt {
+            result: classify(status, retry_after, self.retry_on_4xx),
+            status: Some(status.as_u16()),
+            response_excerpt: Some(excerpt),
+            error: body_error,
+            duration: started.elapsed(),
+        }
+    }
+}
+
+impl Transport for HttpTransport {
+    fn deliver<'a>(&'a self, out: Outbound<'a>) -> BoxFuture<'a, Attempt> {
+        Box::pin(self.attempt(out))
+    }
+}
+
+/// Status -> what the dispatcher does next.
+fn classify(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    retry_on_4xx: bool,
+) -> AttemptResult {
+    let slow_down = |at_least| {
+        AttemptResult::Retry(RetryHint {
+            retry_after,
+            at_least,
+        })
+    };
+    match status.as_u16() {
+        200..=299 => AttemptResult::Delivered,
+        410 => AttemptResult::Rejected(Rejection::TargetGone),
+        429 => slow_down(Some(SLOW_DOWN)),
+        408 | 425 | 500..=599 => slow_down(None),
+        400..=499 if retry_on_4xx => slow_down(None),
+        400..=499 => AttemptResult::Rejected(Rejection::Rejected4xx),
+        // 1xx that reached us as final, and 3xx: redirects are not followed.
+        _ => AttemptResult::Retry(RetryHint::default()),
+    }
+}
+
+/// `Retry-After` as delta seconds or an HTTP-date; a date in the past means "now" (zero).
+fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    // IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") is a subset of what RFC 2822 parsing takes.
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let delta = at.timestamp().saturating_sub(unix_secs(now));
+    Some(Duration::from_secs(u64::try_from(delta).unwrap_or(0)))
+}
+
+/// Reads at most [`EXCERPT_LIMIT`] bytes of the body, then stops (the rest is never read).
+async fn read_excerpt(mut response: reqwest::Response) -> (String, Option<String>) {
+    let mut kept: Vec<u8> = Vec::new();
+    let mut error = None;
+    while kept.len() < EXCERPT_LIMIT {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = EXCERPT_LIMIT - kept.len();
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) => break,
+            Err(e) => {
+                error = Some(format!("reading the response body: {}", error_chain(&e)));
+                break;
+            }
+        }
+    }
+    (String::from_utf8_lossy(&kept).into_owned(), error)
+}
+
+fn unix_secs(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_forms() {
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
+        assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
+        assert_eq!(
+            parse_retry_after(" 120 ", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-5", now), None);
+    }
+
+    #[test]
+    fn classification() {
+        let s = |code| StatusCode::from_u16(code).unwrap();
+        let ra = Some(Duration::from_secs(3));
+        assert_eq!(classify(s(201), None, false), AttemptResult::Delivered);
+        assert_eq!(
+            classify(s(301), ra, false),
+            AttemptResult::Retry(RetryHint::default())
+        );
+        assert_eq!(
+            classify(s(408), ra, false),
+            AttemptResult::Retry(RetryHint {
+                retry_after: ra,
+                at_least: None
+            })
+        );
+        assert_eq!(
+            classify(s(425), None, false),
+            AttemptResult::Retry(RetryHint::default())
+        );
+        assert_eq!(
+            classify(s(410), None, true),
+            AttemptResult::Rejected(Rejection::TargetGone)
+        );
+        assert_eq!(
+            classify(s(404), None, false),
+            AttemptResult::Rejected(Rejection::Rejected4xx)
+        );
+        assert_eq!(
+            classify(s(502), ra, false),
+            AttemptResult::Retry(RetryHint {
+                retry_after: ra,
+                at_least: None
+            })
+        );
+    }
+}

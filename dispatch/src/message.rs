@@ -1,0 +1,127 @@
+//! The one message shape for every transport: a CloudEvents 1.0 event in structured JSON mode.
+
+use serde::{Deserialize, Serialize};
+
+/// CloudEvents `type` of the message that starts a run.
+pub const RUN_START: &str = "switchyard.run.start";
+/// Content type of a structured-mode CloudEvent (the whole event is the body).
+pub const CONTENT_TYPE: &str = "application/cloudevents+json";
+
+/// The run as a worker sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunInfo {
+    /// Run id.
+    pub id: String,
+    /// Workflow the run executes.
+    pub workflow_id: String,
+    /// Tenant that owns the run.
+    pub tenant_id: String,
+    /// Entity the run holds the lock on.
+    pub target_entity_id: String,
+    /// Monotonic token the worker presents with every write, so a stale holder is refused.
+    pub fencing_token: i64,
+    /// Lease expiry, RFC 3339 UTC with milliseconds.
+    pub lease_expires_at: String,
+    /// Revision of the configuration the run was decided under.
+    pub config_revision: String,
+    /// The intake (delivery) that caused the run.
+    pub intake_id: String,
+    /// 1 for the first attempt of this dispatch series, counting up.
+    pub attempt: u32,
+}
+
+/// The `data` of a run message: the run and the event that started it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunData {
+    /// The run.
+    pub run: RunInfo,
+    /// The normalised event that triggered it.
+    pub event: switchyard_core::Event,
+}
+
+/// A CloudEvents 1.0 envelope: specversion "1.0", id, source, type, subject (= target entity),
+/// time (RFC 3339), datacontenttype "application/json", optional traceparent extension
+/// (omitted when None), data.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunMessage {
+    /// Always "1.0".
+    pub specversion: String,
+    /// The dispatch id, stable across attempts; `(source, id)` identifies the event.
+    pub id: String,
+    /// Who sent it, e.g. "switchyard://<host>".
+    pub source: String,
+    /// CloudEvents `type`, e.g. [`RUN_START`].
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The target entity id.
+    pub subject: String,
+    /// When the message was built, RFC 3339 UTC with milliseconds.
+    pub time: String,
+    /// Content type of `data`: "application/json".
+    pub datacontenttype: String,
+    /// W3C trace context, the CloudEvents distributed-tracing extension.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub traceparent: Option<String>,
+    /// The run and its event.
+    pub data: RunData,
+}
+
+impl RunMessage {
+    /// Builds a `switchyard.run.start` message.
+    ///
+    /// `id` is the dispatch id (stable across attempts); `source` e.g. "switchyard://<host>"
+    /// chosen by the daemon; `time_ms` Unix ms.
+    pub fn run_start(
+        id: &str,
+        source: &str,
+        time_ms: i64,
+        run: RunInfo,
+        event: switchyard_core::Event,
+        traceparent: Option<String>,
+    ) -> Self {
+        RunMessage {
+            specversion: "1.0".to_owned(),
+            id: id.to_owned(),
+            source: source.to_owned(),
+            kind: RUN_START.to_owned(),
+            subject: run.target_entity_id.clone(),
+            time: rfc3339_ms(time_ms),
+            datacontenttype: "application/json".to_owned(),
+            traceparent,
+            data: RunData { run, event },
+        }
+    }
+
+    /// The structured-mode body.
+    ///
+    /// Serialising this type cannot fail: every field is a string, an integer or a
+    /// `serde_json::Value`, and no map has non-string keys. Should serde_json ever report an
+    /// error anyway, this returns `{}` (and logs it) rather than panicking in the dispatcher.
+    pub fn to_json(&self) -> Vec<u8> {
+        match serde_json::to_vec(self) {
+            Ok(body) => body,
+            Err(error) => {
+                tracing::error!(%error, id = %self.id, "A run message could not be serialised.");
+                b"{}".to_vec()
+            }
+        }
+    }
+}
+
+/// Unix milliseconds as RFC 3339 UTC with milliseconds; out-of-range values clamp to the epoch.
+fn rfc3339_ms(time_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(time_ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_is_rfc3339_utc_millis() {
+        assert_eq!(rfc3339_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+    }
+}
