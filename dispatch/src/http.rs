@@ -50,14 +50,14 @@ pub struct HttpTransport {
 impl HttpTransport {
     /// Checks the target and builds its client (rustls, no redirects, the target's timeout).
     pub fn new(target: HttpTarget) -> Result<Self, DispatchError> {
-        let url = Url::parse(&target.url).map_err(|error| DispatchError::InvalidUrl {
+        let url = Url::parse(&target.url).map_err(|source| DispatchError::InvalidUrl {
             url: target.url.clone(),
-            reason: error.to_string(),
+            source,
         })?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(DispatchError::InvalidUrl {
+            return Err(DispatchError::UnsupportedScheme {
+                scheme: url.scheme().to_owned(),
                 url: target.url,
-                reason: format!("scheme `{}` is not http or https", url.scheme()),
             });
         }
         if target.max_in_flight == 0 {

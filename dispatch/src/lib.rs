@@ -32,13 +32,22 @@ pub use transport::{Attempt, AttemptResult, Outbound, Rejection, Transport};
 /// recorded in an [`Attempt`].
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
-    /// The target URL does not parse or is not http(s).
-    #[error("invalid target URL `{url}`: {reason}")]
+    /// The target URL does not parse.
+    #[error("invalid target URL `{url}`")]
     InvalidUrl {
         /// The URL as configured.
         url: String,
-        /// What is wrong with it.
-        reason: String,
+        /// Why it does not parse.
+        #[source]
+        source: url::ParseError,
+    },
+    /// The target URL is not http or https.
+    #[error("target URL `{url}` has scheme `{scheme}`; only http and https are supported")]
+    UnsupportedScheme {
+        /// The URL as configured.
+        url: String,
+        /// Its scheme.
+        scheme: String,
     },
     /// `max_in_flight` must be at least 1.
     #[error("max_in_flight must be at least 1")]
