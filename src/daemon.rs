@@ -9,6 +9,7 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::config::Settings;
+use crate::dispatcher::{Dispatcher, TargetHealths, Wake};
 use crate::http::{self, AppState};
 use crate::intake::Intake;
 use crate::live::{Live, LiveConfig};
@@ -21,6 +22,7 @@ use crate::store;
 pub struct Daemon {
     state: AppState,
     pollers: Pollers,
+    dispatcher: Arc<Dispatcher>,
 }
 
 impl Daemon {
@@ -50,9 +52,19 @@ impl Daemon {
         )?;
         log_revision(&live);
         let live = LiveConfig::new(live);
-        let intake = Intake::start(db.clone(), &url, &database, live.clone())?;
+        let wake = Arc::new(Wake::default());
+        let intake = Intake::start(db.clone(), &url, &database, live.clone(), wake.clone())?;
         let sources = Arc::new(SourceStatuses::default());
         let replica_id = live.current().settings.loaded.replica_id();
+        let targets = Arc::new(TargetHealths::default());
+        let dispatcher = Arc::new(Dispatcher::start(
+            db.clone(),
+            live.clone(),
+            // Unique per process: two daemons on one host and file must not share claims.
+            format!("{replica_id}:{}", uuid::Uuid::now_v7().simple()),
+            wake.clone(),
+            targets.clone(),
+        ));
         let pollers = Pollers::new(db.clone(), intake.clone(), sources.clone(), replica_id);
         pollers.apply(&live.current().settings.sources).await;
         let state = AppState {
@@ -60,8 +72,14 @@ impl Daemon {
             live,
             intake,
             sources,
+            wake,
+            targets,
         };
-        Ok(Self { state, pollers })
+        Ok(Self {
+            state,
+            pollers,
+            dispatcher,
+        })
     }
 
     /// The handles the HTTP handlers use; tests and the poller supervisor use them too.
@@ -130,6 +148,8 @@ impl Daemon {
             .context("HTTP server failed");
         // Pollers log out and release their leases, so another replica takes over at once.
         self.pollers.shutdown().await;
+        // Deliveries in flight finish and are recorded, or stay claimed and are sent again.
+        self.dispatcher.shutdown().await;
         served?;
         tracing::info!("stopped");
         Ok(())

@@ -4,6 +4,7 @@
 pub mod commands;
 pub mod config;
 mod daemon;
+pub mod dispatcher;
 pub mod http;
 pub mod intake;
 pub mod live;

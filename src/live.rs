@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use switchyard_core::Workflow;
 use switchyard_router::TriggerIndex;
 
-use crate::config::{ResolvedSource, Settings};
+use crate::config::{BUILTIN_PULL, ResolvedSource, ResolvedTarget, Settings};
 
 /// One config revision, ready to serve.
 #[derive(Debug)]
@@ -17,6 +17,8 @@ pub struct Live {
     pub workflows: Vec<Workflow>,
     /// Sources by (kind, name).
     sources: HashMap<(&'static str, String), ResolvedSource>,
+    /// Each workflow's target name.
+    targets_by_workflow: HashMap<String, String>,
 }
 
 impl Live {
@@ -31,12 +33,35 @@ impl Live {
             .zip(&settings.sources)
             .map(|(config, resolved)| ((config.kind(), config.name().to_owned()), resolved.clone()))
             .collect();
+        let targets_by_workflow = settings
+            .loaded
+            .config
+            .workflows
+            .iter()
+            .map(|w| {
+                let target = w.target.clone().unwrap_or_else(|| BUILTIN_PULL.to_owned());
+                (w.id.clone(), target)
+            })
+            .collect();
         Self {
             settings,
             index,
             workflows,
             sources,
+            targets_by_workflow,
         }
+    }
+
+    /// The target runs of `workflow_id` are delivered to.
+    pub fn target_of(&self, workflow_id: &str) -> &str {
+        self.targets_by_workflow
+            .get(workflow_id)
+            .map_or(BUILTIN_PULL, String::as_str)
+    }
+
+    /// The target named `name`, if in force.
+    pub fn target(&self, name: &str) -> Option<&ResolvedTarget> {
+        self.settings.targets.iter().find(|t| t.name() == name)
     }
 
     pub fn revision(&self) -> &str {

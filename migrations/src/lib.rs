@@ -4,6 +4,7 @@
 use sea_orm_migration::prelude::*;
 
 mod m0001_initial;
+mod m0002_dispatch;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -13,6 +14,9 @@ pub struct Migrator;
 
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m0001_initial::Migration)]
+        vec![
+            Box::new(m0001_initial::Migration),
+            Box::new(m0002_dispatch::Migration),
+        ]
     }
 }

@@ -16,7 +16,7 @@ use sea_orm::sea_query::OnConflict;
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect};
 use uuid::Uuid;
 
-use crate::entities::{entity_lock, run};
+use crate::entities::{dispatch, entity_lock, run};
 use crate::{Candidate, Millis};
 
 /// What routing decided for one event.
@@ -68,9 +68,13 @@ pub struct LockChanges {
     pub changed: Vec<entity_lock::Model>,
     /// Runs created, status `queued`.
     pub new_runs: Vec<run::Model>,
-    /// Queued runs whose expired lease another run took over: now `expired`.
+    /// Active runs whose expired lease another run took over: now `expired`, their pending
+    /// dispatch `cancelled`.
     pub expired_runs: Vec<String>,
 }
+
+/// The statuses of runs that may hold a lease (what a takeover expires).
+pub const ACTIVE: [&str; 2] = ["queued", "dispatched"];
 
 /// Bounds one `IN (...)` list; well under every backend's parameter limit.
 const LOAD_CHUNK: usize = 200;
@@ -209,6 +213,33 @@ impl LockBatch {
         }
     }
 
+    /// Re-takes the lease of `run`'s entity for that run itself (a redispatch): the new fencing
+    /// token, or the id of the active run that holds it.
+    pub fn retake(&mut self, run: &run::Model, now: Millis) -> Result<i64, String> {
+        let slot = self
+            .slots
+            .entry((run.tenant_id.clone(), run.target_entity_id.clone()))
+            .or_insert(Slot {
+                stored: None,
+                current: None,
+            });
+        if let Some(holder) = slot.current.as_ref().and_then(|row| row.held_at(now))
+            && holder != run.id
+        {
+            return Err(holder.to_owned());
+        }
+        let fencing_token = slot.current.as_ref().map_or(1, |row| row.fencing_token + 1);
+        slot.current = Some(entity_lock::Model {
+            tenant_id: run.tenant_id.clone(),
+            target_entity_id: run.target_entity_id.clone(),
+            run_id: Some(run.id.clone()),
+            fencing_token,
+            expires_at: now.saturating_add(run.lock_ttl_ms),
+            updated_at: now,
+        });
+        Ok(fencing_token)
+    }
+
     /// What the batch decided, to be written in its transaction.
     pub fn into_changes(self) -> LockChanges {
         let mut changes = LockChanges {
@@ -270,8 +301,20 @@ impl LockChanges {
                 .col_expr(run::Column::Status, run::RunStatus::Expired.as_str().into())
                 .col_expr(run::Column::UpdatedAt, self.now.into())
                 .col_expr(run::Column::FinishedAt, self.now.into())
-                .filter(run::Column::Id.is_in(self.expired_runs))
-                .filter(run::Column::Status.eq(run::RunStatus::Queued))
+                .filter(run::Column::Id.is_in(self.expired_runs.iter().cloned()))
+                .filter(run::Column::Status.is_in(ACTIVE))
+                .exec(db)
+                .await?;
+            // Nothing is left to deliver for a run that lost its entity.
+            dispatch::Entity::update_many()
+                .col_expr(
+                    dispatch::Column::Status,
+                    dispatch::DispatchStatus::Cancelled.as_str().into(),
+                )
+                .col_expr(dispatch::Column::Reason, "lease_expired".into())
+                .col_expr(dispatch::Column::UpdatedAt, self.now.into())
+                .filter(dispatch::Column::RunId.is_in(self.expired_runs))
+                .filter(dispatch::Column::Status.eq(dispatch::DispatchStatus::Pending))
                 .exec(db)
                 .await?;
         }

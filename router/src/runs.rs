@@ -1,4 +1,6 @@
 //! The run lifecycle after routing: heartbeat (extend the lease), finish (release it), reads.
+//! Both writes carry the fencing token the run was dispatched with: a stale holder is refused
+//! with [`RunError::LeaseLost`], never silently accepted.
 
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend,
@@ -7,6 +9,7 @@ use sea_orm::{
 };
 
 use crate::Millis;
+use crate::entities::dispatch::{self, DispatchStatus};
 use crate::entities::entity_lock;
 use crate::entities::run::{self, RunStatus};
 
@@ -17,10 +20,18 @@ pub enum RunError {
     NotFound(String),
     #[error("run `{run_id}` is already {}", status.as_str())]
     AlreadyFinished { run_id: String, status: RunStatus },
-    #[error("`{}` is not a final status (use completed, failed or cancelled)", .0.as_str())]
+    #[error("`{}` is not a status a worker can finish with (use completed, failed or cancelled)", .0.as_str())]
     NotFinal(RunStatus),
     #[error("run `{0}` no longer holds its entity lease")]
     LeaseLost(String),
+    #[error("run `{run_id}` holds fencing token {current}, not {given}: this holder is stale")]
+    StaleToken {
+        run_id: String,
+        given: i64,
+        current: i64,
+    },
+    #[error("run `{run_id}` is {} (only dead_lettered runs can be redispatched)", status.as_str())]
+    NotDeadLettered { run_id: String, status: RunStatus },
     #[error(transparent)]
     Db(#[from] DbErr),
 }
@@ -49,12 +60,23 @@ pub struct Lease {
     pub expires_at: Millis,
 }
 
-async fn queued_run<C: ConnectionTrait>(db: &C, run_id: &str) -> Result<run::Model, RunError> {
+async fn active_run<C: ConnectionTrait>(
+    db: &C,
+    run_id: &str,
+    fencing_token: i64,
+) -> Result<run::Model, RunError> {
     let run = run::Entity::find_by_id(run_id)
         .lock_exclusive()
         .one(db)
         .await?
         .ok_or_else(|| RunError::NotFound(run_id.to_owned()))?;
+    if run.fencing_token != fencing_token {
+        return Err(RunError::StaleToken {
+            run_id: run.id,
+            given: fencing_token,
+            current: run.fencing_token,
+        });
+    }
     if run.status.is_finished() {
         return Err(RunError::AlreadyFinished {
             run_id: run.id,
@@ -62,6 +84,23 @@ async fn queued_run<C: ConnectionTrait>(db: &C, run_id: &str) -> Result<run::Mod
         });
     }
     Ok(run)
+}
+
+/// Releases `run`'s entity lease if it still holds it (same run, same token). The row stays,
+/// so the next holder's fencing token is larger.
+pub(crate) async fn release_lease<C: ConnectionTrait>(
+    txn: &C,
+    run: &run::Model,
+    now: Millis,
+) -> Result<(), DbErr> {
+    entity_lock::Entity::update_many()
+        .col_expr(entity_lock::Column::RunId, Option::<String>::None.into())
+        .col_expr(entity_lock::Column::ExpiresAt, now.into())
+        .col_expr(entity_lock::Column::UpdatedAt, now.into())
+        .filter(lease_of(run))
+        .exec(txn)
+        .await
+        .map(|_| ())
 }
 
 fn lease_of(run: &run::Model) -> Condition {
@@ -72,14 +111,15 @@ fn lease_of(run: &run::Model) -> Condition {
         .add(entity_lock::Column::FencingToken.eq(run.fencing_token))
 }
 
-/// Extends a queued run's lease by its workflow's lock TTL from `now`.
+/// Extends an active run's lease by its workflow's lock TTL from `now`.
 pub async fn heartbeat(
     db: &DatabaseConnection,
     run_id: &str,
+    fencing_token: i64,
     now: Millis,
 ) -> Result<Lease, RunError> {
     let txn = begin_write(db).await?;
-    let run = queued_run(&txn, run_id).await?;
+    let run = active_run(&txn, run_id, fencing_token).await?;
     let expires_at = now.saturating_add(run.lock_ttl_ms);
     let updated = entity_lock::Entity::update_many()
         .col_expr(entity_lock::Column::ExpiresAt, expires_at.into())
@@ -95,6 +135,15 @@ pub async fn heartbeat(
         .filter(run::Column::Id.eq(run.id.as_str()))
         .exec(&txn)
         .await?;
+    crate::outbox::history(
+        &txn,
+        &run.id,
+        run.status,
+        "heartbeat",
+        Some(format!("lease until {}", crate::millis_rfc3339(expires_at))),
+        now,
+    )
+    .await?;
     txn.commit().await?;
     Ok(Lease {
         fencing_token: run.fencing_token,
@@ -102,19 +151,24 @@ pub async fn heartbeat(
     })
 }
 
-/// Moves a queued run to a final status and releases its lease (if it still holds it). The lease
-/// row stays, so the next holder's fencing token is larger.
+/// Moves an active run to a final status and releases its lease (if it still holds it). The
+/// lease row stays, so the next holder's fencing token is larger. A dispatch still pending is
+/// closed: `delivered` if a pull worker holds a claim on it, else `cancelled`.
 pub async fn finish(
     db: &DatabaseConnection,
     run_id: &str,
+    fencing_token: i64,
     status: RunStatus,
     now: Millis,
 ) -> Result<run::Model, RunError> {
-    if matches!(status, RunStatus::Queued | RunStatus::Expired) {
+    if !matches!(
+        status,
+        RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+    ) {
         return Err(RunError::NotFinal(status));
     }
     let txn = begin_write(db).await?;
-    let mut run = queued_run(&txn, run_id).await?;
+    let mut run = active_run(&txn, run_id, fencing_token).await?;
     run::Entity::update_many()
         .col_expr(run::Column::Status, status.as_str().into())
         .col_expr(run::Column::UpdatedAt, now.into())
@@ -122,18 +176,43 @@ pub async fn finish(
         .filter(run::Column::Id.eq(run.id.as_str()))
         .exec(&txn)
         .await?;
-    entity_lock::Entity::update_many()
-        .col_expr(entity_lock::Column::RunId, Option::<String>::None.into())
-        .col_expr(entity_lock::Column::ExpiresAt, now.into())
-        .col_expr(entity_lock::Column::UpdatedAt, now.into())
-        .filter(lease_of(&run))
-        .exec(&txn)
-        .await?;
+    release_lease(&txn, &run, now).await?;
+    close_dispatch(&txn, &run.id, now).await?;
+    crate::outbox::history(&txn, &run.id, status, "finished", None, now).await?;
     txn.commit().await?;
     run.status = status;
     run.updated_at = now;
     run.finished_at = Some(now);
     Ok(run)
+}
+
+/// Closes a run's pending dispatch when the run ends: nothing more to deliver.
+async fn close_dispatch<C: ConnectionTrait>(
+    txn: &C,
+    run_id: &str,
+    now: Millis,
+) -> Result<(), DbErr> {
+    for (claimed, status) in [
+        (true, DispatchStatus::Delivered),
+        (false, DispatchStatus::Cancelled),
+    ] {
+        let claim = if claimed {
+            dispatch::Column::ClaimToken.is_not_null()
+        } else {
+            dispatch::Column::ClaimToken.is_null()
+        };
+        dispatch::Entity::update_many()
+            .col_expr(dispatch::Column::Status, status.as_str().into())
+            .col_expr(dispatch::Column::ClaimToken, Option::<String>::None.into())
+            .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
+            .col_expr(dispatch::Column::UpdatedAt, now.into())
+            .filter(dispatch::Column::RunId.eq(run_id))
+            .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
+            .filter(claim)
+            .exec(txn)
+            .await?;
+    }
+    Ok(())
 }
 
 /// One run by id.

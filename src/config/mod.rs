@@ -2,6 +2,7 @@
 //! secrets named by environment variable into the [`Settings`] the daemon runs on.
 
 mod sources;
+mod targets;
 mod workflows;
 
 use std::collections::HashSet;
@@ -13,6 +14,10 @@ use sha2::{Digest, Sha256};
 use switchyard_core::Workflow;
 
 pub use sources::{ResolvedSource, SourceConfig};
+pub use targets::{
+    BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
+    ResolvedTarget, TargetConfig,
+};
 pub use workflows::WorkflowConfig;
 
 /// The whole file.
@@ -28,6 +33,9 @@ pub struct Config {
     /// Channels events arrive from (`kind = "webhook" | "slack" | "email"`).
     #[serde(default, rename = "source")]
     pub sources: Vec<SourceConfig>,
+    /// Where routed runs are delivered (`kind = "http" | "nats" | "pull"`).
+    #[serde(default, rename = "target")]
+    pub targets: Vec<TargetConfig>,
     /// Workflows and the triggers that select them.
     #[serde(default, rename = "workflow")]
     pub workflows: Vec<WorkflowConfig>,
@@ -198,6 +206,16 @@ impl LoadedConfig {
         format!("{}:{}", host.trim(), hex::encode(&digest[..6]))
     }
 
+    /// Every target in force: the configured ones, and the built-in pull target unless one is
+    /// configured under its name.
+    pub fn targets(&self) -> Vec<TargetConfig> {
+        let mut targets = self.config.targets.clone();
+        if !targets.iter().any(|t| t.name() == BUILTIN_PULL) {
+            targets.push(TargetConfig::Pull(PullTargetConfig::builtin()));
+        }
+        targets
+    }
+
     /// The workflows in domain form.
     pub fn workflows(&self) -> Vec<Workflow> {
         self.config
@@ -220,6 +238,29 @@ impl Config {
                 ));
             }
             problems.extend(workflow.problems());
+        }
+        let mut target_names = HashSet::new();
+        for target in &self.targets {
+            if !target_names.insert(target.name()) {
+                problems.push(format!(
+                    "target `{}` is defined more than once",
+                    target.name()
+                ));
+            }
+            problems.extend(target.problems());
+        }
+        for workflow in &self.workflows {
+            if let Some(target) = &workflow.target
+                && target != BUILTIN_PULL
+                && !target_names.contains(target.as_str())
+            {
+                problems.push(format!(
+                    "workflow `{}` names target `{target}`, which is not defined (add a \
+                     [[target]] with that name, or leave `target` out for the built-in pull \
+                     target)",
+                    workflow.id
+                ));
+            }
         }
         let mut source_names = HashSet::new();
         for source in &self.sources {
@@ -302,6 +343,8 @@ pub struct Settings {
     pub loaded: LoadedConfig,
     pub api_token: String,
     pub sources: Vec<ResolvedSource>,
+    /// Every target in force ([`LoadedConfig::targets`]) with its secrets.
+    pub targets: Vec<ResolvedTarget>,
 }
 
 impl Settings {
@@ -321,10 +364,17 @@ impl Settings {
             .map(|source| source.resolve(env))
             .collect::<Result<Vec<_>, _>>()
             .map_err(ConfigError::Invalid)?;
+        let targets = loaded
+            .targets()
+            .iter()
+            .map(|target| target.resolve(env))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ConfigError::Invalid)?;
         Ok(Self {
             loaded,
             api_token,
             sources,
+            targets,
         })
     }
 }

@@ -20,6 +20,10 @@ pub struct WorkflowConfig {
     /// How long a run holds its entity lock without a heartbeat (default 15m).
     #[serde(default, with = "humantime_serde")]
     pub lock_ttl: Option<Duration>,
+    /// The `[[target]]` its runs are delivered to (default: the built-in pull target, claimed
+    /// with `POST /v1/claims`).
+    #[serde(default)]
+    pub target: Option<String>,
     /// The (channel, event_type) pairs it reacts to, each with a priority.
     pub triggers: Vec<TriggerConfig>,
 }

@@ -18,6 +18,13 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// A refusal with its own stable `error` code (`lease_lost`, `claim_lost`, ...).
+    #[error("{detail}")]
+    Refused {
+        status: StatusCode,
+        error: &'static str,
+        detail: String,
+    },
     #[error("request body is larger than the limit of {limit} bytes")]
     TooLarge { limit: usize },
     #[error(transparent)]
@@ -36,6 +43,7 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::Refused { status, error, .. } => (*status, *error),
             ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::Unavailable(_) | ApiError::Database(_) => {
                 tracing::error!(error = %self, "answering 503: the store is unavailable");

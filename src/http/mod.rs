@@ -3,6 +3,7 @@
 
 pub(crate) mod admin;
 mod auth;
+mod claims;
 mod error;
 mod events;
 mod health;
@@ -20,6 +21,7 @@ use sea_orm::DatabaseConnection;
 pub use admin::millis_to_rfc3339;
 pub use error::ApiError;
 
+use crate::dispatcher::{TargetHealths, Wake};
 use crate::intake::Intake;
 use crate::live::LiveConfig;
 use crate::sources::SourceStatuses;
@@ -31,6 +33,10 @@ pub struct AppState {
     pub live: LiveConfig,
     pub intake: Intake,
     pub sources: Arc<SourceStatuses>,
+    /// Wake-ups for the dispatcher and for pull workers waiting in `POST /v1/claims`.
+    pub wake: Arc<Wake>,
+    /// Push targets' delivery health, for `/readyz`.
+    pub targets: Arc<TargetHealths>,
 }
 
 /// The whole HTTP surface.
@@ -38,6 +44,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
     let admin = Router::new()
         .merge(events::router())
         .merge(runs::router())
+        .merge(claims::router())
         .merge(admin::router())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

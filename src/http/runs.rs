@@ -1,12 +1,16 @@
-//! `/v1/runs`: list and read runs, extend a run's lease, finish a run.
+//! `/v1/runs`: list and read runs (with their dispatch, attempts and history), extend a run's
+//! lease, finish a run, redispatch a dead letter. Heartbeat and finish carry the fencing token
+//! the run was dispatched with.
 
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchyard_router::entities::run::{self, RunStatus};
 use switchyard_router::now_millis;
+use switchyard_router::outbox::{self, Redispatched};
 use switchyard_router::runs::{self as lifecycle, RunError};
 
 use super::admin::{millis_to_rfc3339, parse_limit};
@@ -18,6 +22,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/runs/{id}", get(get_run))
         .route("/v1/runs/{id}/heartbeat", post(heartbeat))
         .route("/v1/runs/{id}/finish", post(finish))
+        .route("/v1/runs/{id}/redispatch", post(redispatch))
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,21 +83,75 @@ async fn list_runs(
     Ok(Json(json!({ "runs": runs })))
 }
 
+/// A run with its dispatch, every attempt and its history.
 async fn get_run(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<RunView>, ApiError> {
-    lifecycle::get(&state.db, &id)
+) -> Result<Json<Value>, ApiError> {
+    let run = lifecycle::get(&state.db, &id)
         .await?
-        .map(|run| Json(RunView::from(run)))
-        .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))
+        .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))?;
+    let (dispatch, attempts, history) = outbox::trail(&state.db, &id).await?;
+    let mut view = serde_json::to_value(RunView::from(run)).unwrap_or_default();
+    view["dispatch"] = dispatch.map_or(Value::Null, |d| {
+        json!({
+            "id": d.id,
+            "target": d.target,
+            "status": d.status,
+            "series": d.series,
+            "attempts": d.attempts,
+            "due_at": millis_to_rfc3339(d.due_at),
+            "claimed": d.claimed_by.is_some(),
+            "reason": d.reason,
+            "last_error": d.last_error,
+            "delivered_at": d.delivered_at.map(millis_to_rfc3339),
+        })
+    });
+    view["attempts"] = attempts
+        .into_iter()
+        .map(|a| {
+            json!({
+                "series": a.series,
+                "attempt": a.attempt,
+                "target": a.target,
+                "result": a.result,
+                "status_code": a.status_code,
+                "response": a.response,
+                "error": a.error,
+                "started_at": millis_to_rfc3339(a.started_at),
+                "duration_ms": a.duration_ms,
+            })
+        })
+        .collect();
+    view["history"] = history
+        .into_iter()
+        .map(|h| {
+            json!({
+                "at": millis_to_rfc3339(h.at),
+                "status": h.status,
+                "cause": h.cause,
+                "detail": h.detail,
+            })
+        })
+        .collect();
+    Ok(Json(view))
+}
+
+/// What a worker proves it is the current holder with.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeartbeatRequest {
+    /// The fencing token from the run message.
+    fencing_token: i64,
 }
 
 async fn heartbeat(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    body: Result<Json<HeartbeatRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let lease = lifecycle::heartbeat(&state.db, &id, now_millis())
+    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let lease = lifecycle::heartbeat(&state.db, &id, request.fencing_token, now_millis())
         .await
         .map_err(run_error)?;
     tracing::info!(run_id = %id, expires_at = lease.expires_at, "run heartbeat extended its lease");
@@ -106,7 +165,10 @@ async fn heartbeat(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FinishRequest {
+    /// `completed`, `failed` or `cancelled`.
     status: String,
+    /// The fencing token from the run message.
+    fencing_token: i64,
 }
 
 async fn finish(
@@ -116,17 +178,50 @@ async fn finish(
 ) -> Result<Json<RunView>, ApiError> {
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let status = parse_status(&request.status)?;
-    let run = lifecycle::finish(&state.db, &id, status, now_millis())
+    let run = lifecycle::finish(&state.db, &id, request.fencing_token, status, now_millis())
         .await
         .map_err(run_error)?;
     tracing::info!(run_id = %run.id, tenant_id = %run.tenant_id, status = run.status.as_str(), "run finished and released its lock");
     Ok(Json(RunView::from(run)))
 }
 
+/// Starts a new attempt series for a dead-lettered run (same dispatch id, new fencing token),
+/// or answers `entity_locked` naming the run that holds its entity now.
+async fn redispatch(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    match outbox::redispatch(&state.db, &id, now_millis())
+        .await
+        .map_err(run_error)?
+    {
+        Redispatched::Queued { run, dispatch_id } => {
+            state.wake.runs_created();
+            tracing::info!(run_id = %run.id, %dispatch_id, fencing_token = run.fencing_token, "dead-lettered run redispatched");
+            let mut view = serde_json::to_value(RunView::from(run)).unwrap_or_default();
+            view["dispatch_id"] = json!(dispatch_id);
+            Ok((StatusCode::OK, Json(view)))
+        }
+        Redispatched::EntityLocked { held_by_run_id } => Ok((
+            StatusCode::CONFLICT,
+            Json(json!({
+                "outcome": "entity_locked",
+                "detail": format!("run {held_by_run_id} holds the entity now; redispatch after it ends"),
+                "held_by_run_id": held_by_run_id,
+            })),
+        )),
+    }
+}
+
 fn run_error(error: RunError) -> ApiError {
     match error {
         RunError::NotFound(_) => ApiError::NotFound(error.to_string()),
-        RunError::AlreadyFinished { .. } | RunError::LeaseLost(_) => {
+        RunError::LeaseLost(_) | RunError::StaleToken { .. } => ApiError::Refused {
+            status: StatusCode::CONFLICT,
+            error: "lease_lost",
+            detail: error.to_string(),
+        },
+        RunError::AlreadyFinished { .. } | RunError::NotDeadLettered { .. } => {
             ApiError::Conflict(error.to_string())
         }
         RunError::NotFinal(_) => ApiError::BadRequest(error.to_string()),

@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 
 use switchyard_core::{Event, Outcome};
-use switchyard_router::entities::entity_lock;
+use switchyard_router::entities::dispatch::{self, DispatchStatus};
+use switchyard_router::entities::run::RunStatus;
+use switchyard_router::entities::{entity_lock, run_history};
 use switchyard_router::{Candidate, Decision, LockBatch, LockChanges, Millis};
 
 use super::{Answer, Delivery, DeliveryBody};
@@ -82,6 +84,10 @@ pub(super) struct Decided {
     /// At most one per `(source, mailbox)`: the furthest position of the batch.
     pub cursors: Vec<mailbox_cursor::Model>,
     pub locks: LockChanges,
+    /// The outbox: one pending dispatch per new run, due now, written with the run.
+    pub dispatches: Vec<dispatch::Model>,
+    /// `routed` for each new run, `lease_expired` for each run taken over.
+    pub history: Vec<run_history::Model>,
 }
 
 /// Decides every delivery in arrival order: duplicates (stored or earlier in the batch) point at
@@ -178,13 +184,67 @@ pub(super) fn decide(
         answers.push(answer);
         ledger.push(row);
     }
+    let locks = locks.into_changes();
+    let (dispatches, history) = outbox(&locks, live, now);
     Decided {
         answers,
         ledger,
         raw,
         cursors: cursors.into_values().collect(),
-        locks: locks.into_changes(),
+        locks,
+        dispatches,
+        history,
     }
+}
+
+/// The dispatch row and history entries the batch's new and expired runs need.
+fn outbox(
+    locks: &LockChanges,
+    live: &Live,
+    now: Millis,
+) -> (Vec<dispatch::Model>, Vec<run_history::Model>) {
+    let mut history = Vec::with_capacity(locks.new_runs.len() + locks.expired_runs.len());
+    let dispatches = locks
+        .new_runs
+        .iter()
+        .map(|run| {
+            history.push(run_history::Model::entry(
+                &run.id,
+                RunStatus::Queued,
+                "routed",
+                None,
+                now,
+            ));
+            dispatch::Model {
+                id: uuid::Uuid::now_v7().to_string(),
+                run_id: run.id.clone(),
+                tenant_id: run.tenant_id.clone(),
+                workflow_id: run.workflow_id.clone(),
+                target: live.target_of(&run.workflow_id).to_owned(),
+                status: DispatchStatus::Pending,
+                attempts: 0,
+                series: 1,
+                due_at: now,
+                claimed_by: None,
+                claim_token: None,
+                reason: None,
+                last_error: None,
+                created_at: now,
+                updated_at: now,
+                delivered_at: None,
+            }
+        })
+        .collect();
+    for expired in &locks.expired_runs {
+        history.push(run_history::Model::entry(
+            expired,
+            RunStatus::Expired,
+            "lease_expired",
+            Some("its lease ran out and another event took the entity over".into()),
+            now,
+        ));
+    }
+    (dispatches, history)
 }
 
 /// The decision-specific columns of a ledger row.

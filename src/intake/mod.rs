@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::config::DatabaseConfig;
+use crate::dispatcher::Wake;
 use crate::live::LiveConfig;
 use crate::store::MAX_KEY_LEN;
 
@@ -229,8 +230,12 @@ struct Pending {
     reply: Reply,
 }
 
-/// Sends each sender of a committed batch its answer, in batch order.
-fn answer_all(batch: Vec<Pending>, answers: Vec<Answer>) {
+/// Sends each sender of a committed batch its answer, in batch order, and wakes the
+/// dispatcher when the batch created runs (their dispatches are in the outbox now).
+fn answer_all(batch: Vec<Pending>, answers: Vec<Answer>, wake: &Wake) {
+    if answers.iter().any(|a| a.outcome == Outcome::Routed) {
+        wake.runs_created();
+    }
     for (pending, answer) in batch.into_iter().zip(answers) {
         let _ = pending.reply.send(Ok(answer));
     }
@@ -274,12 +279,13 @@ impl Intake {
         url: &str,
         config: &DatabaseConfig,
         live: LiveConfig,
+        wake: Arc<Wake>,
     ) -> anyhow::Result<Self> {
         let shards: Vec<_> = if db.get_database_backend() == DbBackend::Sqlite {
             let options: SqliteConnectOptions = url.parse().context("invalid SQLite URL")?;
             let path = options.get_filename();
             let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-            sqlite_writer::start(path, config.durability, live, rx)
+            sqlite_writer::start(path, config.durability, live, rx, wake)
                 .with_context(|| format!("cannot open {} for the intake writer", path.display()))?;
             vec![tx]
         } else {
@@ -289,7 +295,7 @@ impl Intake {
             (0..writers.max(1))
                 .map(|_| {
                     let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-                    tokio::spawn(writer::run(db.clone(), live.clone(), rx));
+                    tokio::spawn(writer::run(db.clone(), live.clone(), rx, wake.clone()));
                     tx
                 })
                 .collect()

@@ -26,7 +26,7 @@ use sea_orm::sqlx::{self, Connection, PgConnection, PgPool, Postgres, Row, Trans
 use sea_orm::{DbErr, RuntimeErr};
 use switchyard_router::entities::entity_lock;
 use switchyard_router::entities::run::RunStatus;
-use switchyard_router::now_millis;
+use switchyard_router::{ACTIVE, now_millis};
 
 use super::decide::{self, Decided, Found, Lookups, SourceKey};
 use super::{Answer, Delivery};
@@ -220,6 +220,16 @@ WITH created AS ( \
     SELECT * FROM UNNEST($29::text[], $30::text[], $31::int8[], $32::int8[], $33::int8[]) \
     ON CONFLICT (source, mailbox) DO UPDATE SET uidvalidity = excluded.uidvalidity, \
         last_uid = excluded.last_uid, updated_at = excluded.updated_at \
+), outbox AS ( \
+    INSERT INTO dispatches (id, run_id, tenant_id, workflow_id, target, status, attempts, \
+                            series, due_at, created_at, updated_at) \
+    SELECT * FROM UNNEST($52::text[], $53::text[], $54::text[], $55::text[], $56::text[], \
+                         $57::text[], $58::int4[], $59::int4[], $60::int8[], $61::int8[], \
+                         $62::int8[]) \
+), history AS ( \
+    INSERT INTO run_history (id, run_id, status, cause, detail, at) \
+    SELECT * FROM UNNEST($63::text[], $64::text[], $65::text[], $66::text[], $67::text[], \
+                         $68::int8[]) \
 ) \
 INSERT INTO intake (id, source, delivery_id, outcome, detail, channel, event_type, tenant_id, \
                     target_entity_id, payload, raw_ref, run_id, workflow_id, held_by_run_id, \
@@ -229,12 +239,16 @@ SELECT * FROM UNNEST($34::text[], $35::text[], $36::text[], $37::text[], $38::te
                      $44::text[], $45::text[], $46::text[], $47::text[], $48::text[], \
                      $49::text[], $50::int8[], $51::int8[])";
 
-/// Queued runs whose expired lease another run took over. Rare, so planned with its values each
+/// Active runs whose expired lease another run took over (and their pending dispatches). Rare, so planned with its values each
 /// time ([`CUSTOM_PLANS`]): a generic plan could scan every queued run by the status index.
 const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 const EXPIRE_RUNS: &str = "\
+    WITH cancelled AS ( \
+        UPDATE dispatches SET status = 'cancelled', reason = 'lease_expired', updated_at = $2 \
+        WHERE run_id = ANY($3::text[]) AND status = 'pending' \
+    ) \
     UPDATE runs SET status = $1, updated_at = $2, finished_at = $2 \
-    WHERE id = ANY($3::text[]) AND status = $4";
+    WHERE id = ANY($3::text[]) AND status = ANY($4::text[])";
 
 /// Writes everything the batch decided (leases, runs, raw bytes, cursors, ledger rows) and
 /// returns its answers.
@@ -248,6 +262,8 @@ async fn write(
         mut raw,
         mut cursors,
         locks,
+        mut dispatches,
+        mut history,
     } = decided;
     let (mut created, mut changed, mut runs) = (locks.created, locks.changed, locks.new_runs);
     let query = sqlx::query(WRITE);
@@ -295,6 +311,25 @@ async fn write(
         }))
         .bind(take(&mut ledger, |r| r.received_at))
         .bind(take(&mut ledger, |r| r.decided_at))
+        .bind(take(&mut dispatches, |d| std::mem::take(&mut d.id)))
+        .bind(take(&mut dispatches, |d| std::mem::take(&mut d.run_id)))
+        .bind(take(&mut dispatches, |d| std::mem::take(&mut d.tenant_id)))
+        .bind(take(&mut dispatches, |d| {
+            std::mem::take(&mut d.workflow_id)
+        }))
+        .bind(take(&mut dispatches, |d| std::mem::take(&mut d.target)))
+        .bind(take(&mut dispatches, |d| d.status.as_str()))
+        .bind(take(&mut dispatches, |d| d.attempts))
+        .bind(take(&mut dispatches, |d| d.series))
+        .bind(take(&mut dispatches, |d| d.due_at))
+        .bind(take(&mut dispatches, |d| d.created_at))
+        .bind(take(&mut dispatches, |d| d.updated_at))
+        .bind(take(&mut history, |h| std::mem::take(&mut h.id)))
+        .bind(take(&mut history, |h| std::mem::take(&mut h.run_id)))
+        .bind(take(&mut history, |h| h.status.as_str()))
+        .bind(take(&mut history, |h| std::mem::take(&mut h.cause)))
+        .bind(take(&mut history, |h| h.detail.take()))
+        .bind(take(&mut history, |h| h.at))
         .execute(&mut **txn)
         .await
         .map_err(db_err)?;
@@ -307,7 +342,7 @@ async fn write(
             .bind(RunStatus::Expired.as_str())
             .bind(locks.now)
             .bind(locks.expired_runs)
-            .bind(RunStatus::Queued.as_str())
+            .bind(&ACTIVE[..])
             .execute(&mut **txn)
             .await
             .map_err(db_err)?;

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{
@@ -15,13 +16,14 @@ use rusqlite::{
 };
 use switchyard_router::entities::entity_lock;
 use switchyard_router::entities::run::RunStatus;
-use switchyard_router::now_millis;
+use switchyard_router::{ACTIVE, now_millis};
 use tokio::sync::mpsc;
 
 use super::decide::{self, Decided, Found, Lookups, SourceKey};
 use super::sqlite_checkpoint::{self, Nudge};
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all};
 use crate::config::Durability;
+use crate::dispatcher::Wake;
 use crate::live::{Live, LiveConfig};
 
 fn open(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
@@ -54,12 +56,13 @@ pub(super) fn start(
     durability: Durability,
     live: LiveConfig,
     queue: mpsc::Receiver<Pending>,
+    wake: Arc<Wake>,
 ) -> anyhow::Result<()> {
     let conn = open(path, durability)?;
     let checkpoints = sqlite_checkpoint::start(path)?;
     std::thread::Builder::new()
         .name("intake-sqlite".into())
-        .spawn(move || run(conn, live, queue, checkpoints))?;
+        .spawn(move || run(conn, live, queue, checkpoints, &wake))?;
     Ok(())
 }
 
@@ -68,6 +71,7 @@ fn run(
     live: LiveConfig,
     mut queue: mpsc::Receiver<Pending>,
     checkpoints: Nudge,
+    wake: &Wake,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = queue.blocking_recv() {
@@ -79,7 +83,7 @@ fn run(
             }
         }
         let revision = live.current();
-        decide(&mut conn, &revision, std::mem::take(&mut batch));
+        decide(&mut conn, &revision, std::mem::take(&mut batch), wake);
         checkpoints.committed();
         checkpoints.catch_up(&conn);
     }
@@ -87,7 +91,7 @@ fn run(
 
 /// Decides and answers every delivery of `batch`. If the batch as a whole keeps failing, each
 /// delivery is tried alone, so one poisonous delivery cannot refuse its neighbours.
-fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>) {
+fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>, wake: &Wake) {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
     match commit_with_retries(conn, live, &deliveries) {
@@ -97,12 +101,12 @@ fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>) {
                 micros = started.elapsed().as_micros() as u64,
                 "batch committed"
             );
-            answer_all(batch, answers);
+            answer_all(batch, answers, wake);
         }
         Err(error) if batch.len() > 1 => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
             for pending in batch {
-                decide(conn, live, vec![pending]);
+                decide(conn, live, vec![pending], wake);
             }
         }
         Err(error) => refuse_all(batch, &error),
@@ -229,7 +233,8 @@ fn leases(
     Ok(found)
 }
 
-/// Writes everything the batch decided: leases, runs, raw bytes, ledger rows, cursors.
+/// Writes everything the batch decided: leases, runs, their dispatches and history, raw bytes,
+/// ledger rows, cursors.
 fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
     let locks = &decided.locks;
     // A plain insert: another process that created the row meanwhile makes it fail.
@@ -273,14 +278,60 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
     each(
         txn,
         "UPDATE runs SET status = ?2, updated_at = ?3, finished_at = ?3 \
-         WHERE id = ?1 AND status = ?4",
+         WHERE id = ?1 AND status IN (?4, ?5)",
         &locks.expired_runs,
         |expire, run_id| {
             expire.execute(params![
                 run_id,
                 RunStatus::Expired.as_str(),
                 locks.now,
-                RunStatus::Queued.as_str(),
+                ACTIVE[0],
+                ACTIVE[1],
+            ])
+        },
+    )?;
+    each(
+        txn,
+        "UPDATE dispatches SET status = 'cancelled', reason = 'lease_expired', updated_at = ?2 \
+         WHERE run_id = ?1 AND status = 'pending'",
+        &locks.expired_runs,
+        |cancel, run_id| cancel.execute(params![run_id, locks.now]),
+    )?;
+    each(
+        txn,
+        "INSERT INTO dispatches (id, run_id, tenant_id, workflow_id, target, status, attempts, \
+         series, due_at, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        &decided.dispatches,
+        |insert, d| {
+            insert.execute(params![
+                d.id,
+                d.run_id,
+                d.tenant_id,
+                d.workflow_id,
+                d.target,
+                d.status.as_str(),
+                d.attempts,
+                d.series,
+                d.due_at,
+                d.created_at,
+                d.updated_at,
+            ])
+        },
+    )?;
+    each(
+        txn,
+        "INSERT INTO run_history (id, run_id, status, cause, detail, at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        &decided.history,
+        |insert, h| {
+            insert.execute(params![
+                h.id,
+                h.run_id,
+                h.status.as_str(),
+                h.cause,
+                h.detail,
+                h.at
             ])
         },
     )?;

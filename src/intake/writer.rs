@@ -3,10 +3,12 @@
 //! ([`postgres_batch`]), on MySQL through sea-orm. Several may run, sharded by entity.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{DatabaseConnection, DbBackend, DbErr, EntityTrait, SqlErr};
+use switchyard_router::entities::{dispatch, run_history};
 use switchyard_router::runs::begin_write;
 use switchyard_router::{lock_leases, now_millis};
 use tokio::sync::mpsc;
@@ -14,6 +16,7 @@ use tokio::sync::mpsc;
 use super::decide::{self, Found, Lookups, SourceKey};
 use super::postgres_batch;
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all};
+use crate::dispatcher::Wake;
 use crate::live::{Live, LiveConfig};
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
 use crate::store::ledger;
@@ -33,6 +36,7 @@ pub(super) async fn run(
     db: DatabaseConnection,
     live: LiveConfig,
     mut queue: mpsc::Receiver<Pending>,
+    wake: Arc<Wake>,
 ) {
     let mut store = if db.get_database_backend() == DbBackend::Postgres {
         Store::Postgres(postgres_batch::Writer::new(
@@ -44,13 +48,13 @@ pub(super) async fn run(
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let revision = live.current();
-        decide(&mut store, &revision, std::mem::take(&mut batch)).await;
+        decide(&mut store, &revision, std::mem::take(&mut batch), &wake).await;
     }
 }
 
 /// Decides and answers every delivery of `batch`. If the batch as a whole keeps failing, each
 /// delivery is tried alone, so one poisonous delivery cannot refuse its neighbours.
-async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>) {
+async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, wake: &Wake) {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
     match commit_with_retries(store, live, &deliveries).await {
@@ -60,12 +64,12 @@ async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>) {
                 micros = started.elapsed().as_micros() as u64,
                 "batch committed"
             );
-            answer_all(batch, answers);
+            answer_all(batch, answers, wake);
         }
         Err(error) if batch.len() > 1 && !is_connection_error(&error) => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
             for pending in batch {
-                Box::pin(decide(store, live, vec![pending])).await;
+                Box::pin(decide(store, live, vec![pending], wake)).await;
             }
         }
         Err(error) => refuse_all(batch, &error),
@@ -166,6 +170,26 @@ async fn commit_batch(
         intake::Entity::insert_many(decided.ledger.into_iter().map(intake::ActiveModel::from))
             .exec_without_returning(&txn)
             .await?;
+    }
+    if !decided.dispatches.is_empty() {
+        dispatch::Entity::insert_many(
+            decided
+                .dispatches
+                .into_iter()
+                .map(dispatch::ActiveModel::from),
+        )
+        .exec_without_returning(&txn)
+        .await?;
+    }
+    if !decided.history.is_empty() {
+        run_history::Entity::insert_many(
+            decided
+                .history
+                .into_iter()
+                .map(run_history::ActiveModel::from),
+        )
+        .exec_without_returning(&txn)
+        .await?;
     }
     if !decided.cursors.is_empty() {
         mailbox_cursor::Entity::insert_many(

@@ -360,13 +360,40 @@ impl Daemon {
             .unwrap_or_default()
     }
 
-    /// Finishes a run with `status`.
+    /// Finishes a run with `status`, as its current holder (the run's own fencing token).
     pub async fn finish(&self, run_id: &str, status: &str) -> (StatusCode, Value) {
+        let token = self.fencing_token(run_id).await;
         self.post(
             &format!("/v1/runs/{run_id}/finish"),
-            &json!({"status": status}),
+            &json!({"status": status, "fencing_token": token}),
         )
         .await
+    }
+
+    /// Extends a run's lease as its current holder.
+    pub async fn heartbeat(&self, run_id: &str) -> (StatusCode, Value) {
+        let token = self.fencing_token(run_id).await;
+        self.post(
+            &format!("/v1/runs/{run_id}/heartbeat"),
+            &json!({"fencing_token": token}),
+        )
+        .await
+    }
+
+    /// The fencing token a run holds now (0 for an unknown run).
+    pub async fn fencing_token(&self, run_id: &str) -> i64 {
+        self.get_status(&format!("/v1/runs/{run_id}")).await.1["fencing_token"]
+            .as_i64()
+            .unwrap_or(0)
+    }
+
+    /// Claims due runs of `workflows` on pull targets, as a worker would (no waiting).
+    pub async fn claim(&self, workflows: &[&str], max: u64) -> Vec<Value> {
+        let (status, answer) = self
+            .post("/v1/claims", &json!({"workflows": workflows, "max": max}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "claim: {answer}");
+        answer["claims"].as_array().cloned().unwrap_or_default()
     }
 
     /// Rewrites the config file and sends SIGHUP.

@@ -1,4 +1,6 @@
 //! Lease expiry and takeover, heartbeat extension, fencing token growth, on every database.
+//! A run waiting for delivery has its lease kept alive by the dispatcher; once a worker has
+//! claimed it, only the worker's heartbeats do.
 
 use std::time::Duration;
 
@@ -24,6 +26,11 @@ async fn an_expired_lease_is_taken_over_and_its_run_marked_expired() {
         let (_, first) = daemon.post_event("m1", &chat).await;
         assert_eq!(first["outcome"], "routed", "{:?}: {first}", db.backend);
         let first_run = first["run_id"].as_str().expect("run").to_owned();
+        // Unclaimed, the run keeps its entity past the TTL: the dispatcher keeps it alive.
+        tokio::time::sleep(Duration::from_millis(2300)).await;
+        let (_, waiting) = daemon.post_event("m2a", &chat).await;
+        assert_eq!(waiting["outcome"], "entity_locked", "{waiting}");
+        assert_eq!(daemon.claim(&["fast"], 1).await.len(), 1);
 
         let (_, locked) = daemon.post_event("m2", &chat).await;
         assert_eq!(locked["outcome"], "entity_locked");
@@ -50,12 +57,12 @@ async fn an_expired_lease_is_taken_over_and_its_run_marked_expired() {
         assert_eq!(old["fencing_token"], 1);
 
         // The expired run can neither heartbeat nor finish: its lease is gone.
-        let (status, _) = daemon
-            .post(&format!("/v1/runs/{first_run}/heartbeat"), &json!({}))
-            .await;
+        let (status, _) = daemon.heartbeat(&first_run).await;
         assert_eq!(status, StatusCode::CONFLICT);
         let (status, _) = daemon.finish(&first_run, "completed").await;
         assert_eq!(status, StatusCode::CONFLICT);
+        // Its dispatch has nothing left to deliver.
+        assert_eq!(old["dispatch"]["status"], "cancelled", "{old}");
         daemon.stop();
         db.drop_database().await;
     }
@@ -68,11 +75,26 @@ async fn a_heartbeat_extends_the_lease() {
         let chat = event("chat", "message", "acme", "conv-2");
         let (_, first) = daemon.post_event("h1", &chat).await;
         let run_id = first["run_id"].as_str().expect("run").to_owned();
+        let claimed = daemon.claim(&["fast"], 1).await;
+        assert_eq!(claimed.len(), 1);
+        let token = claimed[0]["message"]["data"]["run"]["fencing_token"].clone();
+        assert_eq!(token, 1);
 
         // Heartbeat at ~1.2 s extends the 2 s lease to ~3.2 s; at 2.4 s it is still held.
         tokio::time::sleep(Duration::from_millis(1200)).await;
+        let (status, stale) = daemon
+            .post(
+                &format!("/v1/runs/{run_id}/heartbeat"),
+                &json!({"fencing_token": 7}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{stale}");
+        assert_eq!(stale["error"], "lease_lost");
         let (status, beat) = daemon
-            .post(&format!("/v1/runs/{run_id}/heartbeat"), &json!({}))
+            .post(
+                &format!("/v1/runs/{run_id}/heartbeat"),
+                &json!({"fencing_token": token}),
+            )
             .await;
         assert_eq!(status, StatusCode::OK, "{beat}");
         assert_eq!(beat["fencing_token"], 1);

@@ -274,9 +274,7 @@ async fn bad_input_is_refused_with_a_specific_error_and_changes_nothing() {
             .unwrap_or_default()
             .contains("already failed")
     );
-    let (status, _) = daemon
-        .post(&format!("/v1/runs/{run_id}/heartbeat"), &json!({}))
-        .await;
+    let (status, _) = daemon.heartbeat(&run_id).await;
     assert_eq!(status, StatusCode::CONFLICT);
     let (status, _) = daemon.get_status("/v1/intake?limit=0").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);

@@ -1,4 +1,8 @@
-//! sea-orm entities for the tables the router owns: runs and entity locks.
+//! sea-orm entities for the tables the router owns: runs, entity locks, and the run lifecycle
+//! after routing (the dispatch outbox, its attempts, the run history).
 
+pub mod dispatch;
+pub mod dispatch_attempt;
 pub mod entity_lock;
 pub mod run;
+pub mod run_history;

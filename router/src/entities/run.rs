@@ -3,13 +3,18 @@
 use sea_orm::entity::prelude::*;
 use serde::Serialize;
 
-/// Where a run is in its life. Only `Queued` runs hold (or may hold) an entity lock.
+/// Where a run is in its life (DESIGN.md section 6). Only active runs (`Queued`, `Dispatched`)
+/// hold (or may hold) an entity lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Serialize)]
 #[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Routed; its dispatch is waiting to be delivered (or retried).
     #[sea_orm(string_value = "queued")]
     Queued,
+    /// Delivered to its worker (pushed, or claimed by a pull worker).
+    #[sea_orm(string_value = "dispatched")]
+    Dispatched,
     #[sea_orm(string_value = "completed")]
     Completed,
     #[sea_orm(string_value = "failed")]
@@ -19,39 +24,56 @@ pub enum RunStatus {
     /// Its lease ran out and another event took the entity over.
     #[sea_orm(string_value = "expired")]
     Expired,
+    /// Its dispatch ran out of attempts or was refused; the entity is released and
+    /// `redispatch` may start a new attempt series.
+    #[sea_orm(string_value = "dead_lettered")]
+    DeadLettered,
 }
 
 impl RunStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Queued => "queued",
+            RunStatus::Dispatched => "dispatched",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::Expired => "expired",
+            RunStatus::DeadLettered => "dead_lettered",
         }
     }
 
+    /// Every status but the active ones is final.
     pub fn is_finished(self) -> bool {
-        self != RunStatus::Queued
+        !self.is_active()
     }
+
+    /// Whether the run may still hold its entity lease.
+    pub fn is_active(self) -> bool {
+        matches!(self, RunStatus::Queued | RunStatus::Dispatched)
+    }
+
+    /// Every status, in lifecycle order.
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Queued,
+        RunStatus::Dispatched,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+        RunStatus::Expired,
+        RunStatus::DeadLettered,
+    ];
 }
 
 impl std::str::FromStr for RunStatus {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            RunStatus::Queued,
-            RunStatus::Completed,
-            RunStatus::Failed,
-            RunStatus::Cancelled,
-            RunStatus::Expired,
-        ]
+        RunStatus::ALL
         .into_iter()
         .find(|status| status.as_str() == s)
         .ok_or_else(|| {
-            format!("unknown run status `{s}` (expected queued, completed, failed, cancelled or expired)")
+            format!("unknown run status `{s}` (expected queued, dispatched, completed, failed, cancelled, expired or dead_lettered)")
         })
     }
 }

@@ -1,0 +1,850 @@
+//! The dispatch outbox after intake wrote it: claiming due rows (push dispatchers and pull
+//! workers), recording attempts, dead letters and redispatch, and the entity-lease keep-alive
+//! of runs that still wait for delivery.
+//!
+//! Invariant: a dispatch changes state only in a transaction that also writes the run's new
+//! status and its history entry, and only while the caller still holds the claim it made
+//! (`claimed_by` and the attempt count match), so a late or duplicate record never overrides a
+//! newer claim. Claims on PostgreSQL/MySQL use `FOR UPDATE SKIP LOCKED`, so replicas share the
+//! work; SQLite serialises writers with `BEGIN IMMEDIATE`.
+
+use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
+};
+use uuid::Uuid;
+
+use crate::Millis;
+use crate::entities::dispatch::{self, DispatchStatus};
+use crate::entities::run::{self, RunStatus};
+use crate::entities::{dispatch_attempt, entity_lock, run_history};
+use crate::runs::{RunError, begin_write};
+
+/// A dispatch claimed for one attempt, with what its message needs.
+#[derive(Debug, Clone)]
+pub struct ClaimedRun {
+    pub dispatch: dispatch::Model,
+    pub run: run::Model,
+    /// The entity lease's expiry as the claim left it.
+    pub lease_expires_at: Millis,
+}
+
+/// Who claims: a push dispatcher (its replica id) or a pull worker.
+pub const PULL_CLAIMANT: &str = "pull";
+
+async fn lock_due<C: ConnectionTrait>(
+    txn: &C,
+    filter: sea_orm::Condition,
+    now: Millis,
+    limit: u64,
+) -> Result<Vec<dispatch::Model>, DbErr> {
+    dispatch::Entity::find()
+        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
+        .filter(dispatch::Column::DueAt.lte(now))
+        .filter(filter)
+        .order_by_asc(dispatch::Column::DueAt)
+        .limit(limit)
+        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+        .all(txn)
+        .await
+}
+
+async fn runs_of<C: ConnectionTrait>(
+    txn: &C,
+    rows: &[dispatch::Model],
+) -> Result<std::collections::HashMap<String, run::Model>, DbErr> {
+    Ok(run::Entity::find()
+        .filter(run::Column::Id.is_in(rows.iter().map(|d| d.run_id.clone())))
+        .all(txn)
+        .await?
+        .into_iter()
+        .map(|run| (run.id.clone(), run))
+        .collect())
+}
+
+async fn lease_expiry<C: ConnectionTrait>(txn: &C, run: &run::Model) -> Result<Millis, DbErr> {
+    Ok(
+        entity_lock::Entity::find_by_id((run.tenant_id.clone(), run.target_entity_id.clone()))
+            .one(txn)
+            .await?
+            .filter(|lease| lease.run_id.as_deref() == Some(run.id.as_str()))
+            .map_or(0, |lease| lease.expires_at),
+    )
+}
+
+/// Claims up to `limit` due dispatches of the push target `target` for one attempt each, until
+/// `claim_until` (after which another dispatcher may claim them again: a crash between
+/// delivery and record re-delivers under the same id). Dispatches of runs that ended meanwhile
+/// are cancelled instead.
+pub async fn claim_push(
+    db: &DatabaseConnection,
+    target: &str,
+    owner: &str,
+    limit: u64,
+    now: Millis,
+    claim_until: Millis,
+) -> Result<Vec<ClaimedRun>, DbErr> {
+    let txn = begin_write(db).await?;
+    let rows = lock_due(
+        &txn,
+        sea_orm::Condition::all().add(dispatch::Column::Target.eq(target)),
+        now,
+        limit,
+    )
+    .await?;
+    if rows.is_empty() {
+        txn.commit().await?;
+        return Ok(Vec::new());
+    }
+    let runs = runs_of(&txn, &rows).await?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    let mut ids = Vec::with_capacity(rows.len());
+    for mut row in rows {
+        let Some(run) = runs.get(&row.run_id).filter(|r| r.status.is_active()) else {
+            cancel(&txn, &row.id, "run_ended", now).await?;
+            continue;
+        };
+        ids.push(row.id.clone());
+        row.attempts += 1;
+        row.claimed_by = Some(owner.to_owned());
+        row.due_at = claim_until;
+        let lease_expires_at = lease_expiry(&txn, run).await?;
+        claimed.push(ClaimedRun {
+            dispatch: row,
+            run: run.clone(),
+            lease_expires_at,
+        });
+    }
+    if !ids.is_empty() {
+        dispatch::Entity::update_many()
+            .col_expr(
+                dispatch::Column::Attempts,
+                Expr::col(dispatch::Column::Attempts).add(1),
+            )
+            .col_expr(dispatch::Column::ClaimedBy, owner.into())
+            .col_expr(dispatch::Column::DueAt, claim_until.into())
+            .col_expr(dispatch::Column::UpdatedAt, now.into())
+            .filter(dispatch::Column::Id.is_in(ids))
+            .exec(&txn)
+            .await?;
+    }
+    txn.commit().await?;
+    Ok(claimed)
+}
+
+async fn cancel<C: ConnectionTrait>(
+    txn: &C,
+    dispatch_id: &str,
+    reason: &str,
+    now: Millis,
+) -> Result<(), DbErr> {
+    dispatch::Entity::update_many()
+        .col_expr(
+            dispatch::Column::Status,
+            DispatchStatus::Cancelled.as_str().into(),
+        )
+        .col_expr(dispatch::Column::Reason, reason.into())
+        .col_expr(dispatch::Column::ClaimToken, Option::<String>::None.into())
+        .col_expr(dispatch::Column::UpdatedAt, now.into())
+        .filter(dispatch::Column::Id.eq(dispatch_id))
+        .exec(txn)
+        .await
+        .map(|_| ())
+}
+
+/// What one attempt came to, as the dispatcher decided from the transport's answer and the
+/// retry schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Delivered,
+    /// Try again at `next_due`.
+    Retry {
+        next_due: Millis,
+    },
+    /// Dead-letter with this reason (`max_attempts`, `rejected_4xx`, `target_gone`).
+    DeadLetter {
+        reason: &'static str,
+    },
+}
+
+/// One attempt to record.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub claimed: ClaimedRun,
+    /// The replica that claimed it.
+    pub owner: String,
+    pub verdict: Verdict,
+    /// `delivered`, `retry`, `rejected_4xx`, `target_gone`.
+    pub result: String,
+    pub status_code: Option<i32>,
+    pub response: Option<String>,
+    pub error: Option<String>,
+    pub started_at: Millis,
+    pub duration_ms: i64,
+}
+
+/// Records a batch of attempts in one transaction. Returns how many still held their claim
+/// (the others were re-claimed after their claim lapsed; their attempt row is kept, their
+/// verdict not applied).
+pub async fn record(
+    db: &DatabaseConnection,
+    attempts: Vec<Recorded>,
+    now: Millis,
+) -> Result<usize, DbErr> {
+    let txn = begin_write(db).await?;
+    let mut applied = 0;
+    let mut rows = Vec::with_capacity(attempts.len());
+    for attempt in &attempts {
+        let d = &attempt.claimed.dispatch;
+        rows.push(dispatch_attempt::ActiveModel::from(
+            dispatch_attempt::Model {
+                id: Uuid::now_v7().to_string(),
+                dispatch_id: d.id.clone(),
+                run_id: d.run_id.clone(),
+                series: d.series,
+                attempt: d.attempts,
+                target: d.target.clone(),
+                result: attempt.result.clone(),
+                status_code: attempt.status_code,
+                response: attempt.response.clone(),
+                error: attempt.error.clone(),
+                started_at: attempt.started_at,
+                duration_ms: attempt.duration_ms,
+            },
+        ));
+        if apply(&txn, attempt, now).await? {
+            applied += 1;
+        }
+    }
+    if !rows.is_empty() {
+        dispatch_attempt::Entity::insert_many(rows)
+            .exec_without_returning(&txn)
+            .await?;
+    }
+    txn.commit().await?;
+    Ok(applied)
+}
+
+/// The dispatch row as this claim left it: still ours to change.
+fn still_claimed(d: &dispatch::Model, owner: &str) -> sea_orm::Condition {
+    sea_orm::Condition::all()
+        .add(dispatch::Column::Id.eq(d.id.as_str()))
+        .add(dispatch::Column::Status.eq(DispatchStatus::Pending))
+        .add(dispatch::Column::ClaimedBy.eq(owner))
+        .add(dispatch::Column::Attempts.eq(d.attempts))
+        .add(dispatch::Column::Series.eq(d.series))
+}
+
+async fn apply(txn: &DatabaseTransaction, attempt: &Recorded, now: Millis) -> Result<bool, DbErr> {
+    let d = &attempt.claimed.dispatch;
+    let run = &attempt.claimed.run;
+    let what = attempt_words(attempt);
+    match &attempt.verdict {
+        Verdict::Delivered => {
+            let updated = dispatch::Entity::update_many()
+                .col_expr(
+                    dispatch::Column::Status,
+                    DispatchStatus::Delivered.as_str().into(),
+                )
+                .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
+                .col_expr(dispatch::Column::DeliveredAt, now.into())
+                .col_expr(dispatch::Column::UpdatedAt, now.into())
+                .filter(still_claimed(d, &attempt.owner))
+                .exec(txn)
+                .await?;
+            if updated.rows_affected == 0 {
+                return Ok(false);
+            }
+            set_status(txn, &run.id, RunStatus::Queued, RunStatus::Dispatched, now).await?;
+            history(
+                txn,
+                &run.id,
+                RunStatus::Dispatched,
+                "delivered",
+                Some(what),
+                now,
+            )
+            .await?;
+        }
+        Verdict::Retry { next_due } => {
+            let updated = dispatch::Entity::update_many()
+                .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
+                .col_expr(dispatch::Column::DueAt, (*next_due).into())
+                .col_expr(dispatch::Column::LastError, what.clone().into())
+                .col_expr(dispatch::Column::UpdatedAt, now.into())
+                .filter(still_claimed(d, &attempt.owner))
+                .exec(txn)
+                .await?;
+            if updated.rows_affected == 0 {
+                return Ok(false);
+            }
+            let detail = format!(
+                "{what}; next attempt at {}",
+                crate::millis_rfc3339(*next_due)
+            );
+            history(
+                txn,
+                &run.id,
+                RunStatus::Queued,
+                "attempt_failed",
+                Some(detail),
+                now,
+            )
+            .await?;
+        }
+        Verdict::DeadLetter { reason } => {
+            let updated = dispatch::Entity::update_many()
+                .col_expr(
+                    dispatch::Column::Status,
+                    DispatchStatus::DeadLettered.as_str().into(),
+                )
+                .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
+                .col_expr(dispatch::Column::Reason, (*reason).into())
+                .col_expr(dispatch::Column::LastError, what.clone().into())
+                .col_expr(dispatch::Column::UpdatedAt, now.into())
+                .filter(still_claimed(d, &attempt.owner))
+                .exec(txn)
+                .await?;
+            if updated.rows_affected == 0 {
+                return Ok(false);
+            }
+            dead_letter_run(txn, run, reason, &what, now).await?;
+        }
+    }
+    Ok(true)
+}
+
+fn attempt_words(attempt: &Recorded) -> String {
+    let mut words = format!(
+        "attempt {} of series {}: {}",
+        attempt.claimed.dispatch.attempts, attempt.claimed.dispatch.series, attempt.result
+    );
+    if let Some(code) = attempt.status_code {
+        words.push_str(&format!(" (HTTP {code})"));
+    }
+    if let Some(error) = &attempt.error {
+        words.push_str(&format!(": {error}"));
+    }
+    words
+}
+
+/// Ends an active run as `dead_lettered` and releases its lease (if it still holds it).
+async fn dead_letter_run<C: ConnectionTrait>(
+    txn: &C,
+    run: &run::Model,
+    reason: &str,
+    what: &str,
+    now: Millis,
+) -> Result<(), DbErr> {
+    let ended = run::Entity::update_many()
+        .col_expr(run::Column::Status, RunStatus::DeadLettered.as_str().into())
+        .col_expr(run::Column::UpdatedAt, now.into())
+        .col_expr(run::Column::FinishedAt, now.into())
+        .filter(run::Column::Id.eq(run.id.as_str()))
+        .filter(run::Column::Status.is_in(crate::ACTIVE))
+        .exec(txn)
+        .await?;
+    if ended.rows_affected == 0 {
+        return Ok(());
+    }
+    crate::runs::release_lease(txn, run, now).await?;
+    history(
+        txn,
+        &run.id,
+        RunStatus::DeadLettered,
+        "dead_lettered",
+        Some(format!("{reason}: {what}")),
+        now,
+    )
+    .await
+}
+
+async fn set_status<C: ConnectionTrait>(
+    txn: &C,
+    run_id: &str,
+    from: RunStatus,
+    to: RunStatus,
+    now: Millis,
+) -> Result<bool, DbErr> {
+    let updated = run::Entity::update_many()
+        .col_expr(run::Column::Status, to.as_str().into())
+        .col_expr(run::Column::UpdatedAt, now.into())
+        .filter(run::Column::Id.eq(run_id))
+        .filter(run::Column::Status.eq(from))
+        .exec(txn)
+        .await?;
+    Ok(updated.rows_affected > 0)
+}
+
+/// Appends one entry to a run's history.
+pub async fn history<C: ConnectionTrait>(
+    txn: &C,
+    run_id: &str,
+    status: RunStatus,
+    cause: &str,
+    detail: Option<String>,
+    now: Millis,
+) -> Result<(), DbErr> {
+    run_history::Entity::insert(run_history::ActiveModel::from(run_history::Model::entry(
+        run_id, status, cause, detail, now,
+    )))
+    .exec_without_returning(txn)
+    .await
+    .map(|_| ())
+}
+
+/// A pull target as claims see it.
+#[derive(Debug, Clone)]
+pub struct PullTarget {
+    pub name: String,
+    pub claim_ttl_ms: i64,
+    pub max_claims: i32,
+}
+
+/// A pull claim handed to a worker.
+#[derive(Debug, Clone)]
+pub struct PullClaim {
+    pub claimed: ClaimedRun,
+    pub token: String,
+    pub expires_at: Millis,
+}
+
+/// Claims up to `limit` due runs of `workflows` on pull targets for a worker. A run past its
+/// target's `max_claims` is dead-lettered instead of handed out again.
+pub async fn claim_pull(
+    db: &DatabaseConnection,
+    targets: &[PullTarget],
+    workflows: &[String],
+    limit: u64,
+    now: Millis,
+) -> Result<Vec<PullClaim>, DbErr> {
+    if targets.is_empty() || workflows.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let txn = begin_write(db).await?;
+    let filter = sea_orm::Condition::all()
+        .add(dispatch::Column::Target.is_in(targets.iter().map(|t| t.name.clone())))
+        .add(dispatch::Column::WorkflowId.is_in(workflows.iter().cloned()));
+    let rows = lock_due(&txn, filter, now, limit).await?;
+    if rows.is_empty() {
+        txn.commit().await?;
+        return Ok(Vec::new());
+    }
+    let runs = runs_of(&txn, &rows).await?;
+    let mut claims = Vec::with_capacity(rows.len());
+    for mut row in rows {
+        let Some(run) = runs.get(&row.run_id).filter(|r| r.status.is_active()) else {
+            cancel(&txn, &row.id, "run_ended", now).await?;
+            continue;
+        };
+        let Some(target) = targets.iter().find(|t| t.name == row.target) else {
+            continue;
+        };
+        let reclaimed = row.claim_token.is_some();
+        if row.attempts >= target.max_claims {
+            dispatch::Entity::update_many()
+                .col_expr(
+                    dispatch::Column::Status,
+                    DispatchStatus::DeadLettered.as_str().into(),
+                )
+                .col_expr(dispatch::Column::Reason, "max_attempts".into())
+                .col_expr(dispatch::Column::ClaimToken, Option::<String>::None.into())
+                .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
+                .col_expr(dispatch::Column::UpdatedAt, now.into())
+                .filter(dispatch::Column::Id.eq(row.id.as_str()))
+                .exec(&txn)
+                .await?;
+            let what = format!("claimed {} times without finishing", row.attempts);
+            dead_letter_run(&txn, run, "max_attempts", &what, now).await?;
+            continue;
+        }
+        let token = claim_token();
+        let expires_at = now.saturating_add(target.claim_ttl_ms);
+        row.attempts += 1;
+        row.claimed_by = Some(PULL_CLAIMANT.to_owned());
+        row.claim_token = Some(token.clone());
+        row.due_at = expires_at;
+        dispatch::Entity::update_many()
+            .col_expr(dispatch::Column::Attempts, row.attempts.into())
+            .col_expr(dispatch::Column::ClaimedBy, PULL_CLAIMANT.into())
+            .col_expr(dispatch::Column::ClaimToken, token.clone().into())
+            .col_expr(dispatch::Column::DueAt, expires_at.into())
+            .col_expr(dispatch::Column::UpdatedAt, now.into())
+            .filter(dispatch::Column::Id.eq(row.id.as_str()))
+            .exec(&txn)
+            .await?;
+        let mut run = run.clone();
+        if run.status == RunStatus::Queued {
+            set_status(&txn, &run.id, RunStatus::Queued, RunStatus::Dispatched, now).await?;
+            run.status = RunStatus::Dispatched;
+        }
+        let detail = format!(
+            "claim {} of series {} until {}{}",
+            row.attempts,
+            row.series,
+            crate::millis_rfc3339(expires_at),
+            if reclaimed {
+                " (the previous claim lapsed)"
+            } else {
+                ""
+            }
+        );
+        history(
+            &txn,
+            &run.id,
+            RunStatus::Dispatched,
+            "claimed",
+            Some(detail),
+            now,
+        )
+        .await?;
+        let lease_expires_at = lease_expiry(&txn, &run).await?;
+        claims.push(PullClaim {
+            claimed: ClaimedRun {
+                dispatch: row,
+                run,
+                lease_expires_at,
+            },
+            token,
+            expires_at,
+        });
+    }
+    txn.commit().await?;
+    Ok(claims)
+}
+
+/// An opaque, unguessable claim token: 64 hex digits, 244 random bits.
+fn claim_token() -> String {
+    format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple())
+}
+
+/// Why a claim operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("claim token is unknown, expired or already released")]
+    Lost,
+    #[error(transparent)]
+    Db(#[from] DbErr),
+}
+
+async fn live_claim<C: ConnectionTrait>(
+    txn: &C,
+    token: &str,
+    now: Millis,
+) -> Result<dispatch::Model, ClaimError> {
+    dispatch::Entity::find()
+        .filter(dispatch::Column::ClaimToken.eq(token))
+        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
+        .filter(dispatch::Column::DueAt.gt(now))
+        .lock_exclusive()
+        .one(txn)
+        .await?
+        .ok_or(ClaimError::Lost)
+}
+
+/// Extends a live pull claim by `ttl_ms` from `now`; returns the new expiry.
+pub async fn extend_claim(
+    db: &DatabaseConnection,
+    token: &str,
+    ttl_ms: i64,
+    now: Millis,
+) -> Result<(dispatch::Model, Millis), ClaimError> {
+    let txn = begin_write(db).await?;
+    let row = live_claim(&txn, token, now).await?;
+    let expires_at = now.saturating_add(ttl_ms);
+    dispatch::Entity::update_many()
+        .col_expr(dispatch::Column::DueAt, expires_at.into())
+        .col_expr(dispatch::Column::UpdatedAt, now.into())
+        .filter(dispatch::Column::Id.eq(row.id.as_str()))
+        .exec(&txn)
+        .await?;
+    txn.commit().await?;
+    Ok((row, expires_at))
+}
+
+/// Gives a live pull claim back: the run is pending again after `delay_ms` (the claim counts
+/// as an attempt).
+pub async fn release_claim(
+    db: &DatabaseConnection,
+    token: &str,
+    delay_ms: i64,
+    now: Millis,
+) -> Result<(dispatch::Model, Millis), ClaimError> {
+    let txn = begin_write(db).await?;
+    let row = live_claim(&txn, token, now).await?;
+    let due_at = now.saturating_add(delay_ms);
+    unclaim(&txn, &row, due_at, now).await?;
+    history(
+        &txn,
+        &row.run_id,
+        RunStatus::Queued,
+        "released",
+        Some(format!(
+            "claim {} released by the worker; pending again at {}",
+            row.attempts,
+            crate::millis_rfc3339(due_at)
+        )),
+        now,
+    )
+    .await?;
+    dispatch_attempt::Entity::insert(dispatch_attempt::ActiveModel::from(
+        dispatch_attempt::Model {
+            id: Uuid::now_v7().to_string(),
+            dispatch_id: row.id.clone(),
+            run_id: row.run_id.clone(),
+            series: row.series,
+            attempt: row.attempts,
+            target: row.target.clone(),
+            result: "released".into(),
+            status_code: None,
+            response: None,
+            error: None,
+            started_at: now,
+            duration_ms: 0,
+        },
+    ))
+    .exec_without_returning(&txn)
+    .await?;
+    txn.commit().await?;
+    Ok((row, due_at))
+}
+
+async fn unclaim<C: ConnectionTrait>(
+    txn: &C,
+    row: &dispatch::Model,
+    due_at: Millis,
+    now: Millis,
+) -> Result<(), DbErr> {
+    dispatch::Entity::update_many()
+        .col_expr(dispatch::Column::ClaimToken, Option::<String>::None.into())
+        .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
+        .col_expr(dispatch::Column::DueAt, due_at.into())
+        .col_expr(dispatch::Column::UpdatedAt, now.into())
+        .filter(dispatch::Column::Id.eq(row.id.as_str()))
+        .exec(txn)
+        .await?;
+    set_status(
+        txn,
+        &row.run_id,
+        RunStatus::Dispatched,
+        RunStatus::Queued,
+        now,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Keeps the entity leases of runs still waiting for delivery alive (extended to a full TTL
+/// once less than half is left; a run a pull worker has claimed is kept alive by that worker's
+/// heartbeats instead), and puts lapsed pull claims back to pending. Returns
+/// `(leases extended, claims lapsed)`.
+pub async fn keep_alive(db: &DatabaseConnection, now: Millis) -> Result<(u64, u64), DbErr> {
+    let backend = db.get_database_backend();
+    let txn = begin_write(db).await?;
+    // The holder's own TTL from its run row; only leases still held by a waiting run.
+    let sql = "UPDATE entity_locks SET \
+         expires_at = ? + (SELECT r.lock_ttl_ms FROM runs r WHERE r.id = entity_locks.run_id), \
+         updated_at = ? \
+         WHERE run_id IN (SELECT d.run_id FROM dispatches d \
+             WHERE d.status = 'pending' AND d.claim_token IS NULL) \
+         AND expires_at < ? + (SELECT r.lock_ttl_ms FROM runs r WHERE r.id = entity_locks.run_id) / 2";
+    let sql = match backend {
+        DbBackend::Postgres => numbered(sql),
+        _ => sql.to_owned(),
+    };
+    let extended = txn
+        .execute_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            [now.into(), now.into(), now.into()],
+        ))
+        .await?
+        .rows_affected();
+    let lapsed = dispatch::Entity::find()
+        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
+        .filter(dispatch::Column::ClaimToken.is_not_null())
+        .filter(dispatch::Column::DueAt.lte(now))
+        .limit(500)
+        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+        .all(&txn)
+        .await?;
+    for row in &lapsed {
+        unclaim(&txn, row, now, now).await?;
+        history(
+            &txn,
+            &row.run_id,
+            RunStatus::Queued,
+            "claim_expired",
+            Some(format!(
+                "claim {} expired without extend, release or finish",
+                row.attempts
+            )),
+            now,
+        )
+        .await?;
+    }
+    txn.commit().await?;
+    Ok((extended, lapsed.len() as u64))
+}
+
+/// `?` placeholders as PostgreSQL's `$1, $2, ...`.
+fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push_str(&format!("${n}"));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// What a redispatch did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Redispatched {
+    /// The run holds its entity again and its dispatch is pending under the same id.
+    Queued {
+        run: run::Model,
+        dispatch_id: String,
+    },
+    /// Another active run holds the entity.
+    EntityLocked { held_by_run_id: String },
+}
+
+/// Starts a new attempt series for a dead-lettered run, under the same dispatch id, after
+/// re-taking its entity lease (with a new fencing token).
+pub async fn redispatch(
+    db: &DatabaseConnection,
+    run_id: &str,
+    now: Millis,
+) -> Result<Redispatched, RunError> {
+    let txn = begin_write(db).await?;
+    let mut run = run::Entity::find_by_id(run_id)
+        .lock_exclusive()
+        .one(&txn)
+        .await?
+        .ok_or_else(|| RunError::NotFound(run_id.to_owned()))?;
+    if run.status != RunStatus::DeadLettered {
+        return Err(RunError::NotDeadLettered {
+            run_id: run.id,
+            status: run.status,
+        });
+    }
+    let dispatch = dispatch::Entity::find()
+        .filter(dispatch::Column::RunId.eq(run_id))
+        .lock_exclusive()
+        .one(&txn)
+        .await?
+        .ok_or_else(|| RunError::NotFound(format!("{run_id} (no dispatch)")))?;
+    let key = (run.tenant_id.clone(), run.target_entity_id.clone());
+    let lease = crate::lock_leases(&txn, std::slice::from_ref(&key)).await?;
+    let mut locks = crate::LockBatch::from_rows([key], lease, now);
+    let token = match locks.retake(&run, now) {
+        Ok(token) => token,
+        Err(held_by_run_id) => return Ok(Redispatched::EntityLocked { held_by_run_id }),
+    };
+    locks.into_changes().persist(&txn).await?;
+    run::Entity::update_many()
+        .col_expr(run::Column::Status, RunStatus::Queued.as_str().into())
+        .col_expr(run::Column::FencingToken, token.into())
+        .col_expr(run::Column::UpdatedAt, now.into())
+        .col_expr(run::Column::FinishedAt, Option::<i64>::None.into())
+        .filter(run::Column::Id.eq(run_id))
+        .exec(&txn)
+        .await?;
+    dispatch::Entity::update_many()
+        .col_expr(
+            dispatch::Column::Status,
+            DispatchStatus::Pending.as_str().into(),
+        )
+        .col_expr(dispatch::Column::Attempts, 0.into())
+        .col_expr(dispatch::Column::Series, (dispatch.series + 1).into())
+        .col_expr(dispatch::Column::DueAt, now.into())
+        .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
+        .col_expr(dispatch::Column::ClaimToken, Option::<String>::None.into())
+        .col_expr(dispatch::Column::Reason, Option::<String>::None.into())
+        .col_expr(dispatch::Column::UpdatedAt, now.into())
+        .filter(dispatch::Column::Id.eq(dispatch.id.as_str()))
+        .exec(&txn)
+        .await?;
+    history(
+        &txn,
+        run_id,
+        RunStatus::Queued,
+        "redispatched",
+        Some(format!(
+            "series {} of dispatch {} with fencing token {token}",
+            dispatch.series + 1,
+            dispatch.id
+        )),
+        now,
+    )
+    .await?;
+    txn.commit().await?;
+    run.status = RunStatus::Queued;
+    run.fencing_token = token;
+    run.updated_at = now;
+    run.finished_at = None;
+    Ok(Redispatched::Queued {
+        run,
+        dispatch_id: dispatch.id,
+    })
+}
+
+/// A run's dispatch, attempts (oldest first) and history (oldest first).
+pub async fn trail<C: ConnectionTrait>(
+    db: &C,
+    run_id: &str,
+) -> Result<
+    (
+        Option<dispatch::Model>,
+        Vec<dispatch_attempt::Model>,
+        Vec<run_history::Model>,
+    ),
+    DbErr,
+> {
+    let dispatch = dispatch::Entity::find()
+        .filter(dispatch::Column::RunId.eq(run_id))
+        .one(db)
+        .await?;
+    let attempts = dispatch_attempt::Entity::find()
+        .filter(dispatch_attempt::Column::RunId.eq(run_id))
+        .order_by_asc(dispatch_attempt::Column::Id)
+        .limit(1000)
+        .all(db)
+        .await?;
+    let history = run_history::Entity::find()
+        .filter(run_history::Column::RunId.eq(run_id))
+        .order_by_asc(run_history::Column::Id)
+        .limit(1000)
+        .all(db)
+        .await?;
+    Ok((dispatch, attempts, history))
+}
+
+/// Pending dispatches per target: `(target, count, oldest created_at)`.
+pub async fn pending_by_target<C: ConnectionTrait>(
+    db: &C,
+) -> Result<Vec<(String, i64, i64)>, DbErr> {
+    let backend = db.get_database_backend();
+    let rows = db
+        .query_all_raw(Statement::from_string(
+            backend,
+            "SELECT target, COUNT(*) AS pending, MIN(created_at) AS oldest FROM dispatches \
+             WHERE status = 'pending' GROUP BY target",
+        ))
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<String>("", "target")?,
+                row.try_get::<i64>("", "pending")?,
+                row.try_get::<i64>("", "oldest")?,
+            ))
+        })
+        .collect()
+}

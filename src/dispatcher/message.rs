@@ -1,0 +1,87 @@
+//! The run message a worker receives, built from a claimed dispatch and its ledger row: the
+//! same CloudEvents envelope for every transport and for pull claims.
+
+use std::collections::HashMap;
+
+use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
+use switchyard_core::{Channel, Event};
+use switchyard_dispatch::{RunInfo, RunMessage};
+use switchyard_router::outbox::ClaimedRun;
+use switchyard_router::{Millis, millis_rfc3339};
+
+use crate::store::entities::intake;
+
+/// What a run message carries from the ledger: the event and the revision that routed it.
+#[derive(Debug, Clone)]
+pub struct Routed {
+    pub event: Event,
+    pub config_revision: String,
+}
+
+/// The ledger rows (the events) of claimed runs, by intake id.
+pub async fn events_of<C: ConnectionTrait>(
+    db: &C,
+    claimed: &[&ClaimedRun],
+) -> Result<HashMap<String, Routed>, DbErr> {
+    if claimed.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = intake::Entity::find()
+        .filter(intake::Column::Id.is_in(claimed.iter().map(|c| c.run.intake_id.clone())))
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let id = row.id.clone();
+            let config_revision = row.config_revision.clone();
+            Some((
+                id,
+                Routed {
+                    event: event_of(row)?,
+                    config_revision,
+                },
+            ))
+        })
+        .collect())
+}
+
+/// The six-field event a routed ledger row recorded.
+fn event_of(row: intake::Model) -> Option<Event> {
+    Some(Event {
+        channel: row.channel.as_deref()?.parse::<Channel>().ok()?,
+        event_type: row.event_type?,
+        tenant_id: row.tenant_id?,
+        target_entity_id: row.target_entity_id?,
+        payload: row
+            .payload
+            .as_deref()
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_else(|| serde_json::json!({})),
+        raw_ref: row.raw_ref.unwrap_or_default(),
+    })
+}
+
+/// The `switchyard.run.start` message for one claimed dispatch.
+pub fn run_start(claimed: &ClaimedRun, routed: Routed, now: Millis) -> RunMessage {
+    let run = &claimed.run;
+    let info = RunInfo {
+        id: run.id.clone(),
+        workflow_id: run.workflow_id.clone(),
+        tenant_id: run.tenant_id.clone(),
+        target_entity_id: run.target_entity_id.clone(),
+        fencing_token: run.fencing_token,
+        lease_expires_at: millis_rfc3339(claimed.lease_expires_at),
+        config_revision: routed.config_revision,
+        intake_id: run.intake_id.clone(),
+        attempt: u32::try_from(claimed.dispatch.attempts).unwrap_or(0),
+    };
+    RunMessage::run_start(
+        &claimed.dispatch.id,
+        &format!("/switchyard/workflows/{}", run.workflow_id),
+        now,
+        info,
+        routed.event,
+        None,
+    )
+}

@@ -1,0 +1,346 @@
+//! The dispatcher: hands every routed run to its push target (http, nats) from the outbox the
+//! intake writers fill, records every attempt, retries on the target's schedule and
+//! dead-letters what cannot be delivered. Pull targets are served by `POST /v1/claims`.
+//!
+//! Invariant: a delivery is claimed before it is sent and recorded after (a crash in between
+//! re-delivers under the same dispatch id once the claim lapses); nothing is ever dropped.
+//! Each daemon runs one; replicas share the outbox through `SKIP LOCKED` claims.
+
+pub mod message;
+mod transports;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+use serde::Serialize;
+use switchyard_dispatch::schedule::jitter;
+use switchyard_dispatch::{AttemptResult, Outbound};
+use switchyard_router::outbox::{self, ClaimedRun, Recorded, Verdict};
+use switchyard_router::{Millis, millis_rfc3339, now_millis};
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::live::LiveConfig;
+use transports::{PushTarget, Transports};
+
+/// Wake-ups from the intake writers: a commit created runs.
+#[derive(Debug, Default)]
+pub struct Wake {
+    /// The push dispatcher (one waiter; a wake-up while it is busy is kept for later).
+    pub dispatcher: Notify,
+    /// Pull workers long-polling `POST /v1/claims` (every waiter).
+    pub pull: Notify,
+}
+
+impl Wake {
+    /// New runs are in the outbox.
+    pub fn runs_created(&self) {
+        self.dispatcher.notify_one();
+        self.pull.notify_waiters();
+    }
+}
+
+/// Deliveries in flight at once, over all push targets (each http target also has its own
+/// `max_in_flight`).
+const IN_FLIGHT: usize = 1024;
+/// Most rows claimed in one transaction.
+const CLAIM_BATCH: usize = 256;
+/// How often the outbox is looked at without a wake-up (work of other replicas, retries due).
+const POLL: Duration = Duration::from_millis(250);
+/// How often leases of runs waiting for delivery are kept alive and lapsed pull claims reset.
+const KEEP_ALIVE: Duration = Duration::from_millis(500);
+/// How long shutdown waits for deliveries in flight to finish and be recorded.
+const DRAIN: Duration = Duration::from_secs(20);
+
+/// Health of one target, for `/readyz`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TargetHealth {
+    pub last_success: Option<String>,
+    pub last_failure: Option<String>,
+    pub last_error: Option<String>,
+    pub consecutive_failures: u32,
+    /// Set when the target answered 410 Gone.
+    pub gone: bool,
+}
+
+/// Latest health per target.
+#[derive(Debug, Default)]
+pub struct TargetHealths(Mutex<BTreeMap<String, TargetHealth>>);
+
+impl TargetHealths {
+    fn record(&self, target: &str, delivered: bool, gone: bool, error: Option<String>) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let health = map.entry(target.to_owned()).or_default();
+        let now = millis_rfc3339(now_millis());
+        if delivered {
+            health.last_success = Some(now);
+            health.consecutive_failures = 0;
+            health.gone = false;
+        } else {
+            health.last_failure = Some(now);
+            health.last_error = error;
+            health.consecutive_failures += 1;
+            health.gone |= gone;
+        }
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<String, TargetHealth> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// A running dispatcher.
+#[derive(Debug)]
+pub struct Dispatcher {
+    stop: watch::Sender<bool>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Dispatcher {
+    /// Starts dispatching the outbox of `db` as replica `owner`.
+    pub fn start(
+        db: DatabaseConnection,
+        live: LiveConfig,
+        owner: String,
+        wake: Arc<Wake>,
+        healths: Arc<TargetHealths>,
+    ) -> Self {
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(run(db, live, owner, wake, healths, stopped));
+        Self {
+            stop,
+            task: Mutex::new(Some(task)),
+        }
+    }
+
+    /// Stops claiming, lets deliveries in flight finish and be recorded (bounded), and returns.
+    /// What is left unrecorded stays claimed until its claim lapses, then is delivered again.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(task) = task
+            && tokio::time::timeout(DRAIN + Duration::from_secs(5), task)
+                .await
+                .is_err()
+        {
+            tracing::warn!(
+                "the dispatcher did not stop in time; unrecorded deliveries will be sent again"
+            );
+        }
+    }
+}
+
+async fn run(
+    db: DatabaseConnection,
+    live: LiveConfig,
+    owner: String,
+    wake: Arc<Wake>,
+    healths: Arc<TargetHealths>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+    let (records, queue) = mpsc::channel(IN_FLIGHT * 2);
+    let recorder = tokio::spawn(record_all(db.clone(), queue, healths));
+    let mut transports = Transports::default();
+    let mut last_keep_alive = tokio::time::Instant::now() - KEEP_ALIVE;
+    loop {
+        if *stopped.borrow() {
+            break;
+        }
+        let current = live.current();
+        transports.refresh(&current).await;
+        let mut more = false;
+        for target in transports.push() {
+            let free = in_flight.available_permits().min(CLAIM_BATCH);
+            if free == 0 {
+                more = true;
+                break;
+            }
+            match claim(&db, target, &owner, free).await {
+                Ok(claimed) => {
+                    more |= claimed.len() == free;
+                    for (claimed, message) in claimed {
+                        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                            break;
+                        };
+                        let target = target.clone();
+                        let records = records.clone();
+                        let owner = owner.clone();
+                        tokio::spawn(async move {
+                            let recorded = deliver(&target, claimed, message, owner).await;
+                            let _ = records.send(recorded).await;
+                            drop(permit);
+                        });
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(target = %target.name, %error, "cannot claim dispatches; trying again shortly");
+                }
+            }
+        }
+        if last_keep_alive.elapsed() >= KEEP_ALIVE {
+            last_keep_alive = tokio::time::Instant::now();
+            match outbox::keep_alive(&db, now_millis()).await {
+                Ok((extended, lapsed)) if extended + lapsed > 0 => {
+                    tracing::debug!(extended, lapsed, "kept leases of waiting runs alive");
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "cannot keep leases of waiting runs alive"),
+            }
+        }
+        if more {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            _ = wake.dispatcher.notified() => {}
+            _ = tokio::time::sleep(POLL) => {}
+            _ = stopped.changed() => {}
+        }
+    }
+    // Drain: every permit back means every delivery has sent its record.
+    let drained = tokio::time::timeout(DRAIN, in_flight.acquire_many(IN_FLIGHT as u32)).await;
+    if drained.is_err() {
+        tracing::warn!(
+            "deliveries still in flight at shutdown are left claimed; they will be sent again"
+        );
+    }
+    drop(records);
+    let _ = recorder.await;
+}
+
+/// Claims due dispatches of one push target and builds their messages.
+async fn claim(
+    db: &DatabaseConnection,
+    target: &PushTarget,
+    owner: &str,
+    limit: usize,
+) -> anyhow::Result<Vec<(ClaimedRun, Vec<u8>)>> {
+    let now = now_millis();
+    let claim_until = now.saturating_add(millis(target.claim_for));
+    let claimed =
+        outbox::claim_push(db, &target.name, owner, limit as u64, now, claim_until).await?;
+    let refs: Vec<&ClaimedRun> = claimed.iter().collect();
+    let mut events = message::events_of(db, &refs).await?;
+    Ok(claimed
+        .into_iter()
+        .filter_map(|claimed| {
+            let Some(routed) = events.remove(&claimed.run.intake_id) else {
+                tracing::error!(run_id = %claimed.run.id, intake_id = %claimed.run.intake_id, "a routed run has no ledger event; it stays pending");
+                return None;
+            };
+            let body = message::run_start(&claimed, routed, now).to_json();
+            Some((claimed, body))
+        })
+        .collect())
+}
+
+/// One attempt, and what it means for the dispatch.
+async fn deliver(
+    target: &PushTarget,
+    claimed: ClaimedRun,
+    body: Vec<u8>,
+    owner: String,
+) -> Recorded {
+    let started_at = now_millis();
+    let attempt = target
+        .transport
+        .deliver(Outbound {
+            id: &claimed.dispatch.id,
+            tenant_id: &claimed.run.tenant_id,
+            workflow_id: &claimed.run.workflow_id,
+            body: &body,
+            traceparent: None,
+        })
+        .await;
+    let failed_attempts = u32::try_from(claimed.dispatch.attempts).unwrap_or(u32::MAX);
+    let (verdict, result) = match &attempt.result {
+        AttemptResult::Delivered => (Verdict::Delivered, "delivered".to_owned()),
+        AttemptResult::Retry(hint) => {
+            match target.schedule.next_delay(failed_attempts, hint, jitter()) {
+                Some(delay) => (
+                    Verdict::Retry {
+                        next_due: now_millis().saturating_add(millis(delay)),
+                    },
+                    "retry".to_owned(),
+                ),
+                None => (
+                    Verdict::DeadLetter {
+                        reason: "max_attempts",
+                    },
+                    "retry".to_owned(),
+                ),
+            }
+        }
+        AttemptResult::Rejected(rejection) => (
+            Verdict::DeadLetter {
+                reason: rejection.as_str(),
+            },
+            rejection.as_str().to_owned(),
+        ),
+    };
+    tracing::info!(
+        run_id = %claimed.run.id,
+        dispatch_id = %claimed.dispatch.id,
+        target = %target.name,
+        attempt = claimed.dispatch.attempts,
+        result = %result,
+        status = attempt.status,
+        error = attempt.error.as_deref(),
+        "dispatch attempt"
+    );
+    Recorded {
+        claimed,
+        owner,
+        verdict,
+        result,
+        status_code: attempt.status.map(i32::from),
+        response: attempt.response_excerpt,
+        error: attempt.error,
+        started_at,
+        duration_ms: millis(attempt.duration),
+    }
+}
+
+/// Records finished attempts in batches (one transaction each), retrying while the store is
+/// down: a claim that lapses meanwhile is delivered again, never lost.
+async fn record_all(
+    db: DatabaseConnection,
+    mut queue: mpsc::Receiver<Recorded>,
+    healths: Arc<TargetHealths>,
+) {
+    let mut batch = Vec::with_capacity(CLAIM_BATCH);
+    while queue.recv_many(&mut batch, CLAIM_BATCH).await > 0 {
+        for recorded in &batch {
+            let delivered = recorded.verdict == Verdict::Delivered;
+            let gone = recorded.result == "target_gone";
+            let error = recorded
+                .error
+                .clone()
+                .or_else(|| recorded.status_code.map(|code| format!("HTTP {code}")));
+            healths.record(&recorded.claimed.dispatch.target, delivered, gone, error);
+        }
+        let mut tries = 0u32;
+        loop {
+            match outbox::record(&db, batch.clone(), now_millis()).await {
+                Ok(_) => break,
+                Err(error) if tries < 20 => {
+                    tries += 1;
+                    tracing::warn!(%error, size = batch.len(), "cannot record dispatch attempts; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 * u64::from(tries))).await;
+                }
+                Err(error) => {
+                    tracing::error!(%error, size = batch.len(), "giving up recording dispatch attempts; they will be delivered again when their claims lapse");
+                    break;
+                }
+            }
+        }
+        batch.clear();
+    }
+}
+
+fn millis(duration: Duration) -> Millis {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
+}

@@ -1,0 +1,204 @@
+//! `/v1/claims`: the pull API. Workers long-poll for runs of named workflows on pull targets,
+//! then extend or release their claim; finishing the run (`/v1/runs/{id}/finish`) ends it.
+//! A claim not extended before it expires goes back to pending; one run is claimed by one
+//! worker at a time, across replicas (`SKIP LOCKED`).
+
+use std::time::Duration;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use switchyard_router::now_millis;
+use switchyard_router::outbox::{self, ClaimError, ClaimedRun, PullClaim, PullTarget};
+
+use super::{ApiError, AppState, millis_to_rfc3339};
+use crate::config::ResolvedTarget;
+use crate::dispatcher::message;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/claims", post(claim))
+        .route("/v1/claims/{token}/extend", post(extend))
+        .route("/v1/claims/{token}/release", post(release))
+}
+
+/// Longest a claim request may wait for work.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+/// Most runs one claim request may take.
+const MAX_CLAIM: u64 = 100;
+/// How often a waiting claim looks again without a wake-up (work routed by another replica).
+const RECHECK: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaimRequest {
+    /// Workflows whose runs this worker executes.
+    workflows: Vec<String>,
+    /// Most runs to return (default 1, at most 100).
+    #[serde(default)]
+    max: Option<u64>,
+    /// How long to wait for a run when none is due (default 0: answer at once; at most 60s).
+    #[serde(default, with = "humantime_serde")]
+    wait: Option<Duration>,
+}
+
+async fn claim(
+    State(state): State<AppState>,
+    body: Result<Json<ClaimRequest>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    if request.workflows.is_empty() {
+        return Err(ApiError::BadRequest(
+            "`workflows` must name at least one workflow".into(),
+        ));
+    }
+    let max = request.max.unwrap_or(1);
+    if !(1..=MAX_CLAIM).contains(&max) {
+        return Err(ApiError::BadRequest(format!(
+            "`max` must be from 1 to {MAX_CLAIM}, not {max}"
+        )));
+    }
+    let wait = request.wait.unwrap_or_default();
+    if wait > MAX_WAIT {
+        return Err(ApiError::BadRequest(format!(
+            "`wait` must be at most {}",
+            humantime::format_duration(MAX_WAIT)
+        )));
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        // Registered before looking, so a commit between the look and the wait still wakes us.
+        let woken = state.wake.pull.notified();
+        let targets = pull_targets(&state);
+        let claims =
+            outbox::claim_pull(&state.db, &targets, &request.workflows, max, now_millis()).await?;
+        if !claims.is_empty() {
+            return Ok(Json(
+                json!({ "claims": claim_views(&state, claims).await? }),
+            ));
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Ok(Json(json!({ "claims": [] })));
+        }
+        let _ = tokio::time::timeout((deadline - now).min(RECHECK), woken).await;
+    }
+}
+
+fn pull_targets(state: &AppState) -> Vec<PullTarget> {
+    state
+        .live
+        .current()
+        .settings
+        .targets
+        .iter()
+        .filter_map(|target| match target {
+            ResolvedTarget::Pull(pull) => Some(PullTarget {
+                name: pull.name.clone(),
+                claim_ttl_ms: millis(pull.claim_ttl),
+                max_claims: i32::try_from(pull.max_claims).unwrap_or(i32::MAX),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn claim_views(state: &AppState, claims: Vec<PullClaim>) -> Result<Vec<Value>, ApiError> {
+    let refs: Vec<&ClaimedRun> = claims.iter().map(|c| &c.claimed).collect();
+    let mut events = message::events_of(&state.db, &refs).await?;
+    let now = now_millis();
+    let mut views = Vec::with_capacity(claims.len());
+    for claim in claims {
+        let Some(routed) = events.remove(&claim.claimed.run.intake_id) else {
+            tracing::error!(run_id = %claim.claimed.run.id, "a claimed run has no ledger event");
+            continue;
+        };
+        let run_message = message::run_start(&claim.claimed, routed, now);
+        tracing::info!(run_id = %claim.claimed.run.id, dispatch_id = %claim.claimed.dispatch.id, attempt = claim.claimed.dispatch.attempts, "run claimed by a pull worker");
+        views.push(json!({
+            "token": claim.token,
+            "expires_at": millis_to_rfc3339(claim.expires_at),
+            "message": run_message,
+        }));
+    }
+    Ok(views)
+}
+
+fn claim_ttl(state: &AppState, target: &str) -> i64 {
+    pull_targets(state)
+        .into_iter()
+        .find(|t| t.name == target)
+        .map_or(60_000, |t| t.claim_ttl_ms)
+}
+
+async fn extend(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let now = now_millis();
+    // The ttl of the claim's own target; looked up after the row is found.
+    let row = find_claim(&state, &token).await?;
+    let ttl = claim_ttl(&state, &row);
+    let (dispatch, expires_at) = outbox::extend_claim(&state.db, &token, ttl, now)
+        .await
+        .map_err(claim_error)?;
+    Ok(Json(json!({
+        "run_id": dispatch.run_id,
+        "expires_at": millis_to_rfc3339(expires_at),
+    })))
+}
+
+async fn find_claim(state: &AppState, token: &str) -> Result<String, ApiError> {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    use switchyard_router::entities::dispatch;
+    dispatch::Entity::find()
+        .filter(dispatch::Column::ClaimToken.eq(token))
+        .one(&state.db)
+        .await?
+        .map(|row| row.target)
+        .ok_or_else(|| claim_error(ClaimError::Lost))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseRequest {
+    /// When the run may be claimed again (default at once).
+    #[serde(default, with = "humantime_serde")]
+    delay: Option<Duration>,
+}
+
+async fn release(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Option<Json<ReleaseRequest>>,
+) -> Result<Json<Value>, ApiError> {
+    let request = body.map(|Json(r)| r).unwrap_or_default();
+    let delay = millis(request.delay.unwrap_or_default());
+    let (dispatch, due_at) = outbox::release_claim(&state.db, &token, delay, now_millis())
+        .await
+        .map_err(claim_error)?;
+    state.wake.pull.notify_waiters();
+    Ok(Json(json!({
+        "run_id": dispatch.run_id,
+        "pending_again_at": millis_to_rfc3339(due_at),
+    })))
+}
+
+fn claim_error(error: ClaimError) -> ApiError {
+    match error {
+        ClaimError::Lost => ApiError::Refused {
+            status: StatusCode::CONFLICT,
+            error: "claim_lost",
+            detail: error.to_string(),
+        },
+        ClaimError::Db(db) => ApiError::Database(db),
+    }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
+}
