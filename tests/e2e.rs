@@ -6,9 +6,11 @@ mod e2e {
 
     mod cli;
     mod concurrency;
+    mod dispatch;
     mod email;
     mod leases;
     mod outage;
+    mod pull;
     mod reload;
     mod slack;
     mod spine;

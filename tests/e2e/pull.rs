@@ -1,0 +1,1 @@
+//! The pull API end to end: workers claim, extend, release and finish runs.
