@@ -181,6 +181,16 @@ fn log_revision(live: &Live) {
         trigger_keys = live.index.len(),
         "config revision in force"
     );
+    for target in &live.settings.targets {
+        if let crate::config::ResolvedTarget::Http { config, .. } = target
+            && config.insecure_skip_signature
+        {
+            tracing::warn!(
+                target = %config.name,
+                "http target sends UNSIGNED requests (insecure_skip_signature = true): its worker cannot tell them from forgeries"
+            );
+        }
+    }
     for source in &live.settings.loaded.config.sources {
         if let crate::config::SourceConfig::Webhook(webhook) = source
             && webhook.insecure_skip_signature

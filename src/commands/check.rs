@@ -5,7 +5,7 @@ use std::path::Path;
 use switchyard_core::{Channel, WorkflowStatus};
 use switchyard_router::TriggerIndex;
 
-use crate::config::{LoadedConfig, SourceConfig, process_env};
+use crate::config::{LoadedConfig, SourceConfig, TargetConfig, process_env};
 
 /// What `check` found; errors make the file unusable, warnings do not.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -95,6 +95,22 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
             ));
         }
         if let Err(error) = source.resolve(env) {
+            report
+                .errors
+                .push(format!("{error}: `serve` would refuse to start"));
+        }
+    }
+    for target in &config.targets {
+        if let TargetConfig::Http(http) = target {
+            if http.insecure_skip_signature {
+                report.warnings.push(format!(
+                    "INSECURE: http target `{}` sends unsigned requests \
+                     (insecure_skip_signature = true); its worker cannot tell them from forgeries",
+                    http.name
+                ));
+            }
+        }
+        if let Err(error) = target.resolve(env) {
             report
                 .errors
                 .push(format!("{error}: `serve` would refuse to start"));

@@ -230,6 +230,13 @@ impl TargetConfig {
                             config.name
                         )
                     })?;
+                    if let Err(error) = switchyard_dispatch::SigningKey::parse(&secret) {
+                        return Err(format!(
+                            "http target `{}`: `{var}` is not a Standard Webhooks secret \
+                             (whsec_ followed by base64 of 24 to 64 bytes): {error}",
+                            config.name
+                        ));
+                    }
                     secrets.push(secret);
                 }
                 ResolvedTarget::Http {
@@ -330,6 +337,14 @@ pub enum ResolvedTarget {
 }
 
 impl ResolvedTarget {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ResolvedTarget::Http { .. } => "http",
+            ResolvedTarget::Nats(_) => "nats",
+            ResolvedTarget::Pull(_) => "pull",
+        }
+    }
+
     pub fn name(&self) -> &str {
         match self {
             ResolvedTarget::Http { config, .. } => &config.name,

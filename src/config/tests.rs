@@ -13,6 +13,9 @@ fn parse(text: &str) -> Result<LoadedConfig, ConfigError> {
 }
 
 fn env(name: &str) -> Option<String> {
+    if name == "TRIAGE_WORKER_SECRET" {
+        return Some("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".into());
+    }
     [
         "SWITCHYARD_API_TOKEN",
         "ZENDESK_ACME_SECRET",
@@ -207,4 +210,113 @@ fn the_revision_is_the_file_digest() {
     assert_eq!(a.revision, b.revision);
     assert_ne!(a.revision, c.revision);
     assert_eq!(a.revision.len(), 16);
+}
+
+#[test]
+fn targets_are_checked_and_workflows_must_name_a_defined_one() {
+    let workflow = |target: &str| {
+        format!(
+            "[[workflow]]\nid = \"w\"\ntenant = \"acme\"\nstatus = \"live\"\ntarget = \"{target}\"\n\
+             triggers = [ {{ channel = \"chat\", event_type = \"message\" }} ]\n"
+        )
+    };
+    let cases: &[(&str, &str, Option<&str>)] = &[
+        (
+            "signed https",
+            "[[target]]\nname = \"t\"\nkind = \"http\"\nurl = \"https://w.example/x\"\nsigning_secret_env = \"S\"\n",
+            None,
+        ),
+        (
+            "plain http on loopback",
+            "[[target]]\nname = \"t\"\nkind = \"http\"\nurl = \"http://127.0.0.1:9/x\"\nsigning_secret_env = \"S\"\n",
+            None,
+        ),
+        (
+            "no secret",
+            "[[target]]\nname = \"t\"\nkind = \"http\"\nurl = \"https://w.example/x\"\n",
+            Some("has no `signing_secret_env`"),
+        ),
+        (
+            "plain http outside loopback",
+            "[[target]]\nname = \"t\"\nkind = \"http\"\nurl = \"http://w.example/x\"\nsigning_secret_env = \"S\"\n",
+            Some("plain http outside loopback"),
+        ),
+        (
+            "plain http allowed",
+            "[[target]]\nname = \"t\"\nkind = \"http\"\nurl = \"http://w.example/x\"\nsigning_secret_env = \"S\"\nallow_plain_http = true\n",
+            None,
+        ),
+        (
+            "malformed retry",
+            "[[target]]\nname = \"t\"\nkind = \"http\"\nurl = \"https://w.example/x\"\nsigning_secret_env = \"S\"\nretry = [\"5s\", \"soon\"]\n",
+            Some("retry step 2 (`soon`) is not a duration"),
+        ),
+        (
+            "zero retry step",
+            "[[target]]\nname = \"t\"\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nsubject = \"runs.{tenant}\"\nstream = \"RUNS\"\nretry = [\"0s\"]\n",
+            Some("retry step 1 (`0s`) must be longer than 0s"),
+        ),
+        (
+            "bad stream",
+            "[[target]]\nname = \"t\"\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nsubject = \"runs\"\nstream = \"a.b\"\n",
+            Some("`stream` must be a stream name"),
+        ),
+        (
+            "pull",
+            "[[target]]\nname = \"t\"\nkind = \"pull\"\nclaim_ttl = \"30s\"\n",
+            None,
+        ),
+        (
+            "unknown key",
+            "[[target]]\nname = \"t\"\nkind = \"pull\"\nclaim_tll = \"30s\"\n",
+            Some("claim_tll"),
+        ),
+    ];
+    for (name, target, expected) in cases {
+        let text = format!("{target}\n{}", workflow("t"));
+        match (parse(&text), expected) {
+            (Ok(_), None) => {}
+            (Err(error), Some(needle)) => {
+                assert!(error.to_string().contains(needle), "{name}: {error}")
+            }
+            (result, _) => panic!("{name}: unexpected {result:?}"),
+        }
+    }
+    let error = parse(&workflow("nowhere")).expect_err("unknown target");
+    assert!(
+        error
+            .to_string()
+            .contains("names target `nowhere`, which is not defined"),
+        "{error}"
+    );
+    // Without `target` a workflow uses the built-in pull target.
+    let loaded = parse(&workflow("pull")).expect("the built-in pull target");
+    assert_eq!(loaded.targets().len(), 1);
+    assert_eq!(loaded.targets()[0].name(), BUILTIN_PULL);
+}
+
+#[test]
+fn target_secrets_fail_closed_and_must_be_standard_webhooks_keys() {
+    let text = "[[target]]\nname = \"t\"\nkind = \"http\"\nurl = \"https://w.example/x\"\n\
+                signing_secret_env = \"WORKER_SECRET\"\n";
+    let unset = Settings::resolve(parse(text).expect("parses"), &env).expect_err("unset");
+    assert!(
+        unset.to_string().contains("`WORKER_SECRET` is not set"),
+        "{unset}"
+    );
+    let not_whsec = |name: &str| {
+        (name == "SWITCHYARD_API_TOKEN" || name == "WORKER_SECRET").then(|| "hunter2".to_owned())
+    };
+    let bad = Settings::resolve(parse(text).expect("parses"), &not_whsec).expect_err("bad key");
+    assert!(
+        bad.to_string().contains("not a Standard Webhooks secret"),
+        "{bad}"
+    );
+    let good = |name: &str| match name {
+        "WORKER_SECRET" => Some("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".to_owned()),
+        "SWITCHYARD_API_TOKEN" => Some("t".to_owned()),
+        _ => None,
+    };
+    let settings = Settings::resolve(parse(text).expect("parses"), &good).expect("resolves");
+    assert_eq!(settings.targets.len(), 2, "t and the built-in pull target");
 }

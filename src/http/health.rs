@@ -1,11 +1,17 @@
 //! `GET /healthz` (the process is up) and `GET /readyz` (the database answers and no mailbox is
-//! failing repeatedly). Neither needs a token, so load balancers can call them.
+//! failing repeatedly). Neither needs a token, so load balancers can call them. `/readyz` also
+//! reports each dispatch target (last success, consecutive failures, pending runs and the age
+//! of the oldest), but a struggling worker never makes intake unready: the outbox holds its
+//! runs, and refusing deliveries would only lose them upstream.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Value, json};
+
+use switchyard_router::now_millis;
+use switchyard_router::outbox;
 
 use super::AppState;
 use crate::store;
@@ -25,6 +31,7 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
         Ok(()) => json!({"ok": true}),
         Err(error) => json!({"ok": false, "error": error.to_string()}),
     };
+    let targets = targets(&state).await;
     let sources = state.sources.snapshot();
     let unhealthy = state.sources.unhealthy();
     let ready = database["ok"] == json!(true) && unhealthy.is_empty();
@@ -40,7 +47,41 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
             "config_revision": state.live.current().revision(),
             "database": database,
             "sources": sources,
+            "targets": targets,
             "unhealthy_sources": unhealthy.into_iter().map(|(name, _)| name).collect::<Vec<_>>(),
         })),
     )
+}
+
+/// Each target in force with its delivery health and outbox backlog.
+async fn targets(state: &AppState) -> Value {
+    let now = now_millis();
+    let pending = outbox::pending_by_target(&state.db)
+        .await
+        .unwrap_or_default();
+    let healths = state.targets.snapshot();
+    let live = state.live.current();
+    let mut targets = serde_json::Map::new();
+    for target in &live.settings.targets {
+        let name = target.name();
+        let (count, oldest) = pending
+            .iter()
+            .find(|(t, _, _)| t == name)
+            .map_or((0, None), |(_, count, oldest)| (*count, Some(*oldest)));
+        let health = healths.get(name).cloned().unwrap_or_default();
+        targets.insert(
+            name.to_owned(),
+            json!({
+                "kind": target.kind(),
+                "pending": count,
+                "oldest_pending_age_secs": oldest.map(|at| (now - at).max(0) / 1000),
+                "last_success": health.last_success,
+                "last_failure": health.last_failure,
+                "last_error": health.last_error,
+                "consecutive_failures": health.consecutive_failures,
+                "gone": health.gone,
+            }),
+        );
+    }
+    Value::Object(targets)
 }
