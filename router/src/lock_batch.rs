@@ -450,6 +450,44 @@ mod tests {
     }
 
     #[test]
+    fn a_redispatch_retakes_a_free_lease_with_a_larger_token_or_names_the_holder() {
+        let run = run::Model {
+            id: "r1".into(),
+            tenant_id: "acme".into(),
+            workflow_id: "triage".into(),
+            target_entity_id: "E".into(),
+            intake_id: "i1".into(),
+            status: run::RunStatus::DeadLettered,
+            fencing_token: 4,
+            lock_ttl_ms: 60_000,
+            created_at: 0,
+            updated_at: 0,
+            finished_at: Some(1),
+        };
+        let cases = [
+            ("released", lease("E", None, 4, NOW - 1), Ok(5)),
+            ("expired holder", lease("E", Some("r2"), 6, NOW), Ok(7)),
+            (
+                "held by another",
+                lease("E", Some("r2"), 6, NOW + 1),
+                Err("r2".to_owned()),
+            ),
+        ];
+        for (name, stored, expected) in cases {
+            let mut locks = batch(vec![stored]);
+            assert_eq!(locks.retake(&run, NOW), expected, "{name}");
+            let changes = locks.into_changes();
+            let taken = expected.is_ok();
+            assert_eq!(changes.changed.len(), usize::from(taken), "{name}");
+            if taken {
+                assert_eq!(changes.changed[0].run_id.as_deref(), Some("r1"), "{name}");
+                assert_eq!(changes.changed[0].expires_at, NOW + 60_000, "{name}");
+            }
+        }
+        assert_eq!(batch(Vec::new()).retake(&run, NOW), Ok(1), "never locked");
+    }
+
+    #[test]
     fn a_batch_sees_its_own_earlier_decisions() {
         let mut locks = batch(Vec::new());
         let first = locks.route("acme", "E", Some(&triage()), "i1");

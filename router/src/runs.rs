@@ -135,6 +135,17 @@ pub async fn heartbeat(
         .filter(run::Column::Id.eq(run.id.as_str()))
         .exec(&txn)
         .await?;
+    // A heartbeating pull worker keeps its claim as long as its lease: it is alive and working.
+    dispatch::Entity::update_many()
+        .col_expr(dispatch::Column::DueAt, expires_at.into())
+        .col_expr(dispatch::Column::UpdatedAt, now.into())
+        .filter(dispatch::Column::RunId.eq(run.id.as_str()))
+        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
+        .filter(dispatch::Column::ClaimToken.is_not_null())
+        .filter(dispatch::Column::DueAt.gt(now))
+        .filter(dispatch::Column::DueAt.lt(expires_at))
+        .exec(&txn)
+        .await?;
     crate::outbox::history(
         &txn,
         &run.id,
