@@ -8,6 +8,7 @@ mod e2e {
     mod concurrency;
     mod dispatch;
     mod email;
+    mod hardening;
     mod leases;
     mod outage;
     mod pull;

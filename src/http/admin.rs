@@ -62,7 +62,14 @@ struct IntakeQuery {
     outcome: Option<String>,
     source: Option<String>,
     limit: Option<String>,
+    /// Only rows older than this intake id: the cursor of the next page (`next_before`).
+    before: Option<String>,
+    /// `payload` to include each event's payload (pages are then at most 100 rows).
+    include: Option<String>,
 }
+
+/// Largest page when payloads are included: a payload may be up to the body limit.
+const MAX_LIMIT_WITH_PAYLOADS: u64 = 100;
 
 /// A ledger row as the API shows it.
 #[derive(Debug, Serialize)]
@@ -84,17 +91,25 @@ struct IntakeView {
     decided_at: String,
 }
 
-impl From<intake::Model> for IntakeView {
-    fn from(row: intake::Model) -> Self {
+impl IntakeView {
+    /// The row as shown, with its payload only when asked for.
+    fn of(row: intake::Model, with_payload: bool) -> Self {
         let event = row.channel.as_ref().map(|channel| {
-            json!({
+            let mut event = json!({
                 "channel": channel,
                 "event_type": row.event_type,
                 "tenant_id": row.tenant_id,
                 "target_entity_id": row.target_entity_id,
-                "payload": row.payload.as_deref().and_then(|p| serde_json::from_str::<Value>(p).ok()),
                 "raw_ref": row.raw_ref,
-            })
+            });
+            if with_payload {
+                event["payload"] = row
+                    .payload
+                    .as_deref()
+                    .and_then(|p| serde_json::from_str::<Value>(p).ok())
+                    .unwrap_or(Value::Null);
+            }
+            event
         });
         Self {
             received_at: millis_to_rfc3339(row.received_at),
@@ -122,17 +137,40 @@ async fn list_intake(
     if let Some(outcome) = &q.outcome {
         outcome.parse::<Outcome>().map_err(ApiError::BadRequest)?;
     }
+    let with_payload = match q.include.as_deref() {
+        None => false,
+        Some("payload") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "`include` may only be `payload`, not `{other}`"
+            )));
+        }
+    };
     let limit = parse_limit(q.limit.as_deref())?;
+    if with_payload && limit > MAX_LIMIT_WITH_PAYLOADS {
+        return Err(ApiError::BadRequest(format!(
+            "`limit` must be at most {MAX_LIMIT_WITH_PAYLOADS} with `include=payload`"
+        )));
+    }
     let rows = ledger::list(
         &state.db,
-        q.tenant.as_deref(),
-        q.outcome.as_deref(),
-        q.source.as_deref(),
+        ledger::Filter {
+            tenant_id: q.tenant.as_deref(),
+            outcome: q.outcome.as_deref(),
+            source: q.source.as_deref(),
+            before: q.before.as_deref(),
+        },
         limit,
     )
     .await?;
-    let rows: Vec<IntakeView> = rows.into_iter().map(IntakeView::from).collect();
-    Ok(Json(json!({ "intake": rows })))
+    let next_before = (rows.len() as u64 == limit)
+        .then(|| rows.last().map(|row| row.id.clone()))
+        .flatten();
+    let rows: Vec<IntakeView> = rows
+        .into_iter()
+        .map(|row| IntakeView::of(row, with_payload))
+        .collect();
+    Ok(Json(json!({ "intake": rows, "next_before": next_before })))
 }
 
 async fn raw(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {

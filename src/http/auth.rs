@@ -18,7 +18,7 @@ pub async fn require_api_token(
         .headers()
         .get(AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
+        .and_then(bearer_token)
         .ok_or(ApiError::Unauthorized("missing bearer token"))?;
     let live = state.live.current();
     let expected = live.settings.api_token.as_bytes();
@@ -26,4 +26,33 @@ pub async fn require_api_token(
         return Err(ApiError::Unauthorized("wrong bearer token"));
     }
     Ok(next.run(request).await)
+}
+
+/// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive
+/// (RFC 9110 section 11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start())
+        .filter(|token| !token.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for (value, expected) in [
+            ("Bearer abc", Some("abc")),
+            ("bearer abc", Some("abc")),
+            ("BEARER  abc", Some("abc")),
+            ("Basic abc", None),
+            ("Bearer ", None),
+            ("Bearerabc", None),
+        ] {
+            assert_eq!(bearer_token(value), expected, "{value:?}");
+        }
+    }
 }

@@ -55,10 +55,17 @@ impl IntoResponse for ApiError {
                     .into_response();
             }
         };
-        (
+        let mut response = (
             status,
             Json(json!({"error": error, "detail": self.to_string()})),
         )
-            .into_response()
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer realm=\"switchyard\""),
+            );
+        }
+        response
     }
 }

@@ -49,8 +49,12 @@ async fn post_event(
     };
     let invalid =
         |detail: String| intake_answer::refuse(Outcome::InvalidEvent, detail, Style::Standard);
-    let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
+    let Some(key) = headers.get("idempotency-key") else {
         return invalid("missing `Idempotency-Key` header: it is the delivery id".into());
+    };
+    // Any UTF-8 key is an id (HeaderValue::to_str accepts only visible ASCII).
+    let Ok(key) = std::str::from_utf8(key.as_bytes()) else {
+        return invalid("`Idempotency-Key` must be UTF-8 text".into());
     };
     if key.trim().is_empty() || key.len() > MAX_KEY_LEN {
         return invalid(format!(

@@ -35,9 +35,14 @@ pub fn status_of(outcome: Outcome, style: Style) -> StatusCode {
     }
 }
 
-/// The answer as a response.
+/// The answer as a response. A duplicate answers with its first copy's status, so a sender
+/// that retries a refused delivery is refused the same way again.
 pub fn respond(answer: Answer, style: Style) -> Response {
-    (status_of(answer.outcome, style), Json(answer)).into_response()
+    let decided = match (answer.outcome, answer.first_outcome) {
+        (Outcome::Duplicate, Some(first)) => first,
+        (outcome, _) => outcome,
+    };
+    (status_of(decided, style), Json(answer)).into_response()
 }
 
 /// A refusal decided before the store (bad signature, malformed request): nothing is recorded.

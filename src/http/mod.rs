@@ -56,5 +56,27 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .merge(ingest_slack::router())
         .merge(health::router())
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            refuse_declared_oversize(request, next, body_limit)
+        }))
         .with_state(state)
+}
+
+/// Answers 413 before reading a byte of a body whose declared `Content-Length` is over the
+/// limit (the body limit alone would read up to the limit first).
+async fn refuse_declared_oversize(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+    limit: usize,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    match declared {
+        Some(length) if length > limit as u64 => ApiError::TooLarge { limit }.into_response(),
+        _ => next.run(request).await,
+    }
 }

@@ -310,7 +310,12 @@ fn ledger_row(
         source: delivery.source.clone(),
         delivery_id: delivery.delivery_id.clone(),
         outcome: fields.outcome.as_str().to_owned(),
-        detail: fields.detail,
+        // Adapters may quote what they refused; U+0000 is the one character PostgreSQL text
+        // cannot hold.
+        detail: fields.detail.map(|detail| match detail.contains('\0') {
+            true => detail.replace('\0', "\u{fffd}"),
+            false => detail,
+        }),
         channel: event.map(|e| e.channel.as_str().to_owned()),
         event_type: event.map(|e| e.event_type.clone()),
         tenant_id: event.map(|e| e.tenant_id.clone()),

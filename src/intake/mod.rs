@@ -28,7 +28,7 @@ use uuid::Uuid;
 use crate::config::DatabaseConfig;
 use crate::dispatcher::Wake;
 use crate::live::LiveConfig;
-use crate::store::MAX_KEY_LEN;
+use crate::store::{MAX_KEY_LEN, MAX_RAW_REF_LEN};
 
 /// One authenticated delivery, ready to be decided.
 #[derive(Debug)]
@@ -110,30 +110,38 @@ impl Delivery {
     }
 }
 
-/// An id as stored: longer than the store's keys hold (a pathological Message-ID, say), it is
-/// replaced by its digest, which identifies it just as well and keeps locks and dedup exact.
+/// An id as stored: longer than the store's keys hold (a pathological Message-ID, say), or
+/// holding U+0000 (which PostgreSQL text cannot store), it is replaced by its digest, which
+/// identifies it just as well and keeps locks and dedup exact.
 fn bounded_key(id: String) -> String {
-    if id.len() <= MAX_KEY_LEN {
+    if id.len() <= MAX_KEY_LEN && !id.contains('\0') {
         id
     } else {
         digest_id(id.as_bytes())
     }
 }
 
-/// Keeps every adapter's events within what the store can index: an over-long entity id is
-/// digested; an over-long tenant or event type (which no trigger could name) makes the delivery
-/// `invalid_event`, recorded, instead of a database error that would refuse it forever.
+/// Keeps every adapter's events within what every store can hold: an over-long or NUL-holding
+/// entity id is digested; a tenant or event type no trigger could name (over-long, U+0000) or
+/// a `raw_ref` longer than its column makes the delivery `invalid_event`, recorded, instead of
+/// a database error that would refuse it forever.
 fn bounded_body(body: DeliveryBody) -> DeliveryBody {
     let Some(event) = body.event() else {
         return body;
     };
-    for (field, value) in [
-        ("tenant_id", &event.tenant_id),
-        ("event_type", &event.event_type),
+    for (field, value, limit) in [
+        ("tenant_id", &event.tenant_id, MAX_KEY_LEN),
+        ("event_type", &event.event_type, MAX_KEY_LEN),
+        ("raw_ref", &event.raw_ref, MAX_RAW_REF_LEN),
     ] {
-        if value.len() > MAX_KEY_LEN {
+        if value.len() > limit {
             return DeliveryBody::Invalid {
-                detail: format!("`{field}` is longer than {MAX_KEY_LEN} bytes"),
+                detail: format!("`{field}` is longer than {limit} bytes"),
+            };
+        }
+        if value.contains('\0') {
+            return DeliveryBody::Invalid {
+                detail: format!("`{field}` contains U+0000, which the store cannot hold"),
             };
         }
     }
@@ -238,6 +246,19 @@ fn answer_all(batch: Vec<Pending>, answers: Vec<Answer>, wake: &Wake) {
     }
     for (pending, answer) in batch.into_iter().zip(answers) {
         let _ = pending.reply.send(Ok(answer));
+    }
+}
+
+/// Answers a delivery the store refused for what it holds, not for being down (a value no
+/// column can take): `invalid_event`, never a 503 that the sender would retry forever. Nothing
+/// was recorded.
+fn refuse_unstorable(batch: Vec<Pending>, error: &dyn std::fmt::Display) {
+    tracing::warn!(%error, size = batch.len(), "the store cannot hold a delivery; answering invalid_event");
+    for pending in batch {
+        let _ = pending.reply.send(Ok(Answer::refused(
+            Outcome::InvalidEvent,
+            format!("the store cannot hold this delivery: {error}"),
+        )));
     }
 }
 

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::decide::{self, Decided, Found, Lookups, SourceKey};
 use super::sqlite_checkpoint::{self, Nudge};
-use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all};
+use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
 use crate::config::Durability;
 use crate::dispatcher::Wake;
 use crate::live::{Live, LiveConfig};
@@ -109,8 +109,21 @@ fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>, wake: &Wake) 
                 decide(conn, live, vec![pending], wake);
             }
         }
+        Err(error) if is_unstorable(&error) => refuse_unstorable(batch, &error),
         Err(error) => refuse_all(batch, &error),
     }
+}
+
+/// An error about the delivery's values, which a retry would meet again.
+fn is_unstorable(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::TooBig | ErrorCode::TypeMismatch | ErrorCode::ParameterOutOfRange)
+    ) || matches!(
+        error,
+        rusqlite::Error::SqliteFailure(failure, _)
+            if failure.code == ErrorCode::ConstraintViolation && !is_lost_race(error)
+    )
 }
 
 fn commit_with_retries(

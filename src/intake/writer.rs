@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::sea_query::OnConflict;
-use sea_orm::{DatabaseConnection, DbBackend, DbErr, EntityTrait, SqlErr};
+use sea_orm::{DatabaseConnection, DbBackend, DbErr, EntityTrait, RuntimeErr, SqlErr};
 use switchyard_router::entities::{dispatch, run_history};
 use switchyard_router::runs::begin_write;
 use switchyard_router::{lock_leases, now_millis};
@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::decide::{self, Found, Lookups, SourceKey};
 use super::postgres_batch;
-use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all};
+use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
 use crate::dispatcher::Wake;
 use crate::live::{Live, LiveConfig};
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
@@ -72,8 +72,25 @@ async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, wake: &Wake
                 Box::pin(decide(store, live, vec![pending], wake)).await;
             }
         }
+        Err(error) if is_unstorable(&error) => refuse_unstorable(batch, &error),
         Err(error) => refuse_all(batch, &error),
     }
+}
+
+/// An error about the delivery's values (SQLSTATE class 22, data exceptions: a value too long,
+/// a byte sequence the column's encoding cannot take), which a retry would meet again.
+fn is_unstorable(error: &DbErr) -> bool {
+    let (DbErr::Query(RuntimeErr::SqlxError(error)) | DbErr::Exec(RuntimeErr::SqlxError(error))) =
+        error
+    else {
+        return false;
+    };
+    let Some(database) = error.as_database_error() else {
+        return false;
+    };
+    let code = database.code().unwrap_or_default();
+    code.starts_with("22")
+        || (code == "HY000" && database.message().contains("Incorrect string value"))
 }
 
 async fn commit_with_retries(

@@ -8,25 +8,36 @@ use sea_orm::{
 
 use super::entities::{intake, raw_delivery};
 
+/// Which ledger rows a listing shows.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Filter<'a> {
+    pub tenant_id: Option<&'a str>,
+    pub outcome: Option<&'a str>,
+    pub source: Option<&'a str>,
+    /// Only rows with a smaller (older) id: the next page's cursor.
+    pub before: Option<&'a str>,
+}
+
 /// Ledger rows newest first (ids are UUIDv7, so id order is time order).
 pub async fn list<C: ConnectionTrait>(
     db: &C,
-    tenant_id: Option<&str>,
-    outcome: Option<&str>,
-    source: Option<&str>,
+    filter: Filter<'_>,
     limit: u64,
 ) -> Result<Vec<intake::Model>, DbErr> {
     let mut query = intake::Entity::find()
         .order_by_desc(intake::Column::Id)
         .limit(limit);
-    if let Some(tenant_id) = tenant_id {
+    if let Some(tenant_id) = filter.tenant_id {
         query = query.filter(intake::Column::TenantId.eq(tenant_id));
     }
-    if let Some(outcome) = outcome {
+    if let Some(outcome) = filter.outcome {
         query = query.filter(intake::Column::Outcome.eq(outcome));
     }
-    if let Some(source) = source {
+    if let Some(source) = filter.source {
         query = query.filter(intake::Column::Source.eq(source));
+    }
+    if let Some(before) = filter.before {
+        query = query.filter(intake::Column::Id.lt(before));
     }
     query.all(db).await
 }

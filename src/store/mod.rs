@@ -19,6 +19,9 @@ use crate::config::{DatabaseConfig, Durability};
 /// Longest id or key the indexed columns hold (tenant, event type, entity, delivery id, ...).
 pub const MAX_KEY_LEN: usize = switchyard_migrations::KEY_LEN as usize;
 
+/// Longest `raw_ref` the ledger holds (`intake.raw_ref` is `VARCHAR(64)` since m0001).
+pub const MAX_RAW_REF_LEN: usize = 64;
+
 /// Prepared statements kept per connection. The MySQL intake writer's multi-row statements
 /// differ by batch size (1 to 256 rows, several statements each); sqlx's default of 100
 /// re-prepared them. (The SQLite and PostgreSQL writers use fixed statement texts.)

@@ -345,8 +345,18 @@ impl Daemon {
         &self.client
     }
 
-    /// The ledger, newest first.
+    /// The ledger, newest first, with payloads on pages small enough to carry them.
     pub async fn intake(&self, query: &str) -> Vec<Value> {
+        let limit = query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("limit="))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(100);
+        let query = if limit <= 100 {
+            format!("{query}&include=payload")
+        } else {
+            query.to_owned()
+        };
         self.get(&format!("/v1/intake?{query}")).await["intake"]
             .as_array()
             .cloned()

@@ -1,0 +1,166 @@
+//! Input the store cannot hold, and the small edges of the HTTP surface, as issue 18 found
+//! them: each is answered with a specific, final refusal (never a 503 to retry forever).
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::harness::{Daemon, TOKEN, TestDb, config, event};
+use super::spine::WORKED_EXAMPLE;
+
+#[tokio::test]
+async fn unstorable_fields_are_invalid_events_on_every_backend_and_stay_so_on_retry() {
+    for db in TestDb::all().await {
+        let daemon = Daemon::start(&db, &config(&db, WORKED_EXAMPLE), &[]).await;
+        let mut long_ref = event("webhook", "ticket.created", "acme", "TCK-1");
+        long_ref["raw_ref"] = json!("r".repeat(65));
+        let nul_tenant = event("webhook", "ticket.created", "ac\u{0}me", "TCK-2");
+        let nul_entity = event("webhook", "ticket.created", "acme", "TCK\u{0}3");
+        for (key, body, field) in [
+            (
+                "long-raw-ref",
+                &long_ref,
+                Some("`raw_ref` is longer than 64 bytes"),
+            ),
+            (
+                "nul-tenant",
+                &nul_tenant,
+                Some("`tenant_id` contains U+0000"),
+            ),
+            ("nul-entity", &nul_entity, None),
+        ] {
+            let (status, answer) = daemon.post_event(key, body).await;
+            match field {
+                Some(needle) => {
+                    assert_eq!(
+                        status,
+                        StatusCode::BAD_REQUEST,
+                        "{:?} {key}: {answer}",
+                        db.backend
+                    );
+                    assert_eq!(answer["outcome"], "invalid_event");
+                    assert!(
+                        answer["detail"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .contains(needle),
+                        "{key}: {answer}"
+                    );
+                    // A retry is refused the same way (same status), never a 503.
+                    let (again, copy) = daemon.post_event(key, body).await;
+                    assert_eq!(again, StatusCode::BAD_REQUEST, "{key}: {copy}");
+                    assert_eq!(copy["outcome"], "duplicate");
+                    assert_eq!(copy["first_outcome"], "invalid_event");
+                }
+                // An entity id with U+0000 is digested: the same entity, storable everywhere.
+                None => {
+                    assert_eq!(status, StatusCode::OK, "{:?} {key}: {answer}", db.backend);
+                    assert_eq!(answer["outcome"], "routed", "{answer}");
+                }
+            }
+        }
+        let (_, locked) = daemon.post_event("nul-entity-2", &nul_entity).await;
+        assert_eq!(locked["outcome"], "entity_locked", "{locked}");
+        daemon.stop();
+        db.drop_database().await;
+    }
+}
+
+#[tokio::test]
+async fn the_http_edges_answer_what_a_client_expects() {
+    let Some(db) = TestDb::create(super::harness::Backend::Sqlite).await else {
+        return;
+    };
+    let daemon = Daemon::start(&db, &config(&db, WORKED_EXAMPLE), &[]).await;
+    let client = reqwest::Client::new();
+
+    // A non-ASCII Idempotency-Key is an id like any other.
+    let key = "lieferung-ä-1";
+    let response = client
+        .post(daemon.url("/v1/events"))
+        .header("authorization", format!("bearer {TOKEN}"))
+        .header(
+            "idempotency-key",
+            reqwest::header::HeaderValue::from_bytes(key.as_bytes()).expect("utf-8 header"),
+        )
+        .json(&event("webhook", "ticket.created", "acme", "TCK-9"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "lower-case `bearer` is accepted"
+    );
+    let answer: serde_json::Value = response.json().await.expect("json");
+    assert_eq!(answer["outcome"], "routed", "{answer}");
+    let ledger = daemon.intake("").await;
+    assert_eq!(ledger[0]["delivery_id"], key);
+
+    // A wrong token is 401 with a challenge.
+    let response = client
+        .get(daemon.url("/v1/runs"))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        response.headers()["www-authenticate"],
+        "Bearer realm=\"switchyard\""
+    );
+
+    // A declared body over the limit is refused before a byte of it is sent.
+    let mut stream = tokio::net::TcpStream::connect(daemon.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /v1/events HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\n\
+         idempotency-key: big\r\ncontent-type: application/json\r\ncontent-length: 50000000\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let mut answer = vec![0; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer))
+        .await
+        .expect("answered without waiting for the body")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+
+    // Listings leave payloads out unless asked, and page by cursor.
+    for n in 0..5 {
+        daemon
+            .post_event(
+                &format!("page-{n}"),
+                &event("webhook", "ticket.updated", "acme", "TCK-P"),
+            )
+            .await;
+    }
+    let page = daemon.get("/v1/intake?limit=2").await;
+    let rows = page["intake"].as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 2);
+    assert!(rows[0]["event"].get("payload").is_none(), "{}", rows[0]);
+    let cursor = page["next_before"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    let next = daemon
+        .get(&format!(
+            "/v1/intake?limit=2&before={cursor}&include=payload"
+        ))
+        .await;
+    let next_rows = next["intake"].as_array().cloned().unwrap_or_default();
+    assert_eq!(next_rows.len(), 2);
+    assert!(next_rows[0]["id"].as_str() < rows[1]["id"].as_str());
+    assert_eq!(
+        next_rows[0]["event"]["payload"]["subject"],
+        "Printer on fire"
+    );
+    let (status, refused) = daemon
+        .get_status("/v1/intake?limit=500&include=payload")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    daemon.stop();
+}
