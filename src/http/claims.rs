@@ -174,8 +174,9 @@ struct ReleaseRequest {
 async fn release(
     State(state): State<AppState>,
     Path(token): Path<String>,
-    body: Option<Json<ReleaseRequest>>,
+    body: Result<Option<Json<ReleaseRequest>>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let body = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let request = body.map(|Json(r)| r).unwrap_or_default();
     let delay = millis(request.delay.unwrap_or_default());
     let (dispatch, due_at) = outbox::release_claim(&state.db, &token, delay, now_millis())
