@@ -5,6 +5,7 @@ use sea_orm_migration::prelude::*;
 
 mod m0001_initial;
 mod m0002_dispatch;
+mod m0003_binary_keys;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m0001_initial::Migration),
             Box::new(m0002_dispatch::Migration),
+            Box::new(m0003_binary_keys::Migration),
         ]
     }
 }

@@ -164,3 +164,35 @@ async fn the_http_edges_answer_what_a_client_expects() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
     daemon.stop();
 }
+
+#[tokio::test]
+async fn keys_compare_byte_for_byte_on_every_backend() {
+    for db in TestDb::all().await {
+        let daemon = Daemon::start(&db, &config(&db, WORKED_EXAMPLE), &[]).await;
+        // Delivery ids that differ only in case or accents are different deliveries; entities
+        // that differ in case, accents or a trailing space are different entities. (A header
+        // value cannot end in a space: HTTP trims it.)
+        for (key, entity) in [
+            ("abc", "Key-A"),
+            ("ABC", "key-a"),
+            ("abc-space", "Key-A "),
+            ("åbc", "Kéy-A"),
+        ] {
+            let (status, answer) = daemon
+                .post_event(key, &event("webhook", "ticket.created", "acme", entity))
+                .await;
+            assert_eq!(status, StatusCode::OK, "{:?} {key:?}: {answer}", db.backend);
+            assert_eq!(
+                answer["outcome"], "routed",
+                "{:?} {key:?}: {answer}",
+                db.backend
+            );
+        }
+        let (_, copy) = daemon
+            .post_event("ABC", &event("webhook", "ticket.created", "acme", "key-a"))
+            .await;
+        assert_eq!(copy["outcome"], "duplicate", "{copy}");
+        daemon.stop();
+        db.drop_database().await;
+    }
+}
