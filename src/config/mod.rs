@@ -54,6 +54,14 @@ pub struct ServerConfig {
     /// Largest request body accepted, in bytes; larger ones are answered 413.
     #[serde(default = "ServerConfig::default_body_limit")]
     pub body_limit: usize,
+    /// Longest a sender waits for its delivery to be committed before it is answered 503 +
+    /// Retry-After (default 2s, under Slack's 3 s). A commit that lands later still counts:
+    /// the retry answers `duplicate`.
+    #[serde(
+        default = "ServerConfig::default_intake_timeout",
+        with = "humantime_serde"
+    )]
+    pub intake_timeout: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -66,6 +74,9 @@ impl ServerConfig {
     fn default_body_limit() -> usize {
         1024 * 1024
     }
+    fn default_intake_timeout() -> std::time::Duration {
+        std::time::Duration::from_secs(2)
+    }
 }
 
 impl Default for ServerConfig {
@@ -74,6 +85,7 @@ impl Default for ServerConfig {
             listen: Self::default_listen(),
             api_token_env: Self::default_api_token_env(),
             body_limit: Self::default_body_limit(),
+            intake_timeout: Self::default_intake_timeout(),
         }
     }
 }
@@ -281,6 +293,9 @@ impl Config {
         }
         if self.server.body_limit == 0 {
             problems.push("server.body_limit must be greater than 0".into());
+        }
+        if self.server.intake_timeout.is_zero() {
+            problems.push("server.intake_timeout must be longer than 0s".into());
         }
         if self.database.writers == Some(0) {
             problems.push("database.writers must be at least 1".into());

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use switchyard_core::Outcome;
 
 use super::{ApiError, AppState};
-use crate::intake::{Answer, Delivery};
+use crate::intake::{Answer, Delivery, StoreUnavailable};
 
 /// How a sender wants outcomes mapped to statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +50,32 @@ pub fn refuse(outcome: Outcome, detail: impl Into<String>, style: Style) -> Resp
     respond(Answer::refused(outcome, detail), style)
 }
 
-/// Submits the delivery and answers once it is committed (503 if the store refused it).
+/// Submits the delivery and answers once it is committed: 503 if the store refused it or did
+/// not commit within `server.intake_timeout`. The submission runs as its own task, so a sender
+/// that goes away (or times out) does not stop it, and its decision is still logged.
 pub async fn submit(state: &AppState, delivery: Delivery, style: Style) -> Response {
-    match state.intake.submit(delivery).await {
-        Ok(answer) => respond(answer, style),
-        Err(unavailable) => ApiError::from(unavailable).into_response(),
+    let timeout = state
+        .live
+        .current()
+        .settings
+        .loaded
+        .config
+        .server
+        .intake_timeout;
+    let intake = state.intake.clone();
+    let submitted = tokio::spawn(async move { intake.submit(delivery).await });
+    match tokio::time::timeout(timeout, submitted).await {
+        Ok(Ok(Ok(answer))) => respond(answer, style),
+        Ok(Ok(Err(unavailable))) => ApiError::from(unavailable).into_response(),
+        Ok(Err(panicked)) => {
+            ApiError::from(StoreUnavailable(format!("intake task failed: {panicked}")))
+                .into_response()
+        }
+        Err(_) => ApiError::from(StoreUnavailable(format!(
+            "not committed within {} (server.intake_timeout)",
+            humantime::format_duration(timeout)
+        )))
+        .into_response(),
     }
 }
 

@@ -27,6 +27,9 @@ pub const MAX_RAW_REF_LEN: usize = 64;
 /// re-prepared them. (The SQLite and PostgreSQL writers use fixed statement texts.)
 const STATEMENT_CACHE: usize = 2048;
 
+/// PostgreSQL `statement_timeout` and `lock_timeout` of every pooled connection.
+const STATEMENT_TIMEOUT: &str = "10s";
+
 /// Opens the pool. SQLite runs in WAL mode with `synchronous` per the configured durability,
 /// so a commit is on disk before any answer is sent.
 pub async fn connect(url: &str, config: &DatabaseConfig) -> Result<DatabaseConnection, DbErr> {
@@ -54,9 +57,31 @@ pub async fn connect(url: &str, config: &DatabaseConfig) -> Result<DatabaseConne
                 .statement_cache_capacity(STATEMENT_CACHE)
         });
     } else {
+        // A database that hangs must not hold a connection (and the intake writer) forever.
         options
-            .map_sqlx_postgres_opts(|opts| opts.statement_cache_capacity(STATEMENT_CACHE))
-            .map_sqlx_mysql_opts(|opts| opts.statement_cache_capacity(STATEMENT_CACHE));
+            .map_sqlx_postgres_opts(|opts| {
+                opts.statement_cache_capacity(STATEMENT_CACHE).options([
+                    ("statement_timeout", STATEMENT_TIMEOUT),
+                    ("lock_timeout", STATEMENT_TIMEOUT),
+                ])
+            })
+            .map_sqlx_mysql_opts(|opts| opts.statement_cache_capacity(STATEMENT_CACHE))
+            .map_sqlx_mysql_pool_opts(|pool| {
+                pool.after_connect(|conn, _| {
+                    Box::pin(async move {
+                        use sea_orm::sqlx::Executor;
+                        conn.execute("SET SESSION innodb_lock_wait_timeout = 5")
+                            .await?;
+                        // MariaDB only; MySQL has no server-side limit for writes.
+                        if let Err(error) =
+                            conn.execute("SET SESSION max_statement_time = 10").await
+                        {
+                            tracing::debug!(%error, "max_statement_time is not supported here");
+                        }
+                        Ok(())
+                    })
+                })
+            });
     }
     Database::connect(options).await
 }

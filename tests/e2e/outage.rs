@@ -82,3 +82,130 @@ async fn an_unreachable_database_answers_503_and_records_nothing() {
     daemon.stop();
     db.drop_database().await;
 }
+
+/// A TCP proxy to `upstream` that can stall: while stalled it forwards nothing either way but
+/// keeps every connection open, as a hung database server does.
+struct StallingProxy {
+    addr: std::net::SocketAddr,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallingProxy {
+    async fn start(upstream: &str) -> Self {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let stalled = Arc::new(AtomicBool::new(false));
+        let flag = stalled.clone();
+        let upstream = upstream.to_owned();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let flag = flag.clone();
+                tokio::spawn(async move {
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    let pump = |mut from: tokio::net::tcp::OwnedReadHalf,
+                                mut to: tokio::net::tcp::OwnedWriteHalf,
+                                flag: Arc<AtomicBool>| async move {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let mut buffer = vec![0; 16 * 1024];
+                        loop {
+                            let Ok(n) = from.read(&mut buffer).await else {
+                                break;
+                            };
+                            if n == 0 {
+                                break;
+                            }
+                            while flag.load(Ordering::SeqCst) {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            if to.write_all(&buffer[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    tokio::join!(
+                        pump(client_read, server_write, flag.clone()),
+                        pump(server_read, client_write, flag)
+                    );
+                });
+            }
+        });
+        Self { addr, stalled }
+    }
+
+    fn stall(&self, stalled: bool) {
+        self.stalled
+            .store(stalled, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_hanging_database_is_answered_503_within_the_intake_timeout() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let name = db.name().expect("postgres database").to_owned();
+    let proxy = StallingProxy::start("127.0.0.1:5432").await;
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\napi_token_env = \"SWITCHYARD_API_TOKEN\"\n\
+         intake_timeout = \"500ms\"\n\n[database]\nurl = \"postgres://postgres@{}/{name}\"\n{WORKED_EXAMPLE}",
+        proxy.addr
+    );
+    let daemon = Daemon::start(&db, &text, &[]).await;
+    let (_, first) = daemon
+        .post_event(
+            "before-hang",
+            &event("webhook", "ticket.created", "acme", "H1"),
+        )
+        .await;
+    assert_eq!(first["outcome"], "routed", "{first}");
+
+    proxy.stall(true);
+    // The sender is answered, not held for as long as the database hangs (Slack gives up at 3 s).
+    let response = daemon
+        .client()
+        .post(daemon.url("/v1/events"))
+        .bearer_auth(TOKEN)
+        .header("Idempotency-Key", "during-hang")
+        .json(&event("webhook", "ticket.created", "acme", "H2"))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .expect("an answer while the database hangs");
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key("retry-after"));
+
+    proxy.stall(false);
+    // Once the database answers again, the retry is decided: routed if the stalled commit
+    // never happened, duplicate (of routed) if it landed after the answer.
+    let mut retried = None;
+    for _ in 0..100 {
+        let (status, answer) = daemon
+            .post_event(
+                "during-hang",
+                &event("webhook", "ticket.created", "acme", "H2"),
+            )
+            .await;
+        if status == StatusCode::OK {
+            retried = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let retried = retried.expect("the daemon recovers once the database answers");
+    let outcome = retried["first_outcome"]
+        .as_str()
+        .or(retried["outcome"].as_str());
+    assert_eq!(outcome, Some("routed"), "{retried}");
+    let runs = daemon.runs("tenant=acme").await;
+    assert_eq!(runs.len(), 2, "one run per ticket, none doubled: {runs:?}");
+    daemon.stop();
+    db.drop_database().await;
+}
