@@ -1,5 +1,5 @@
-//! `GET /healthz` (the process is up) and `GET /readyz` (the database answers and no mailbox is
-//! failing repeatedly). Neither needs a token, so load balancers can call them. `/readyz` also
+//! `GET /healthz` (the process is up) and `GET /readyz` (the database answers, every intake
+//! writer is running and committing, and no mailbox is failing repeatedly). Neither needs a token, so load balancers can call them. `/readyz` also
 //! reports each dispatch target (last success, consecutive failures, pending runs and the age
 //! of the oldest), but a struggling worker never makes intake unready: the outbox holds its
 //! runs, and refusing deliveries would only lose them upstream.
@@ -34,7 +34,9 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     let targets = targets(&state).await;
     let sources = state.sources.snapshot();
     let unhealthy = state.sources.unhealthy();
-    let ready = database["ok"] == json!(true) && unhealthy.is_empty();
+    let writers = state.intake.writers();
+    let writers_ok = writers.iter().all(|w| w.healthy);
+    let ready = database["ok"] == json!(true) && unhealthy.is_empty() && writers_ok;
     let status = if ready {
         StatusCode::OK
     } else {
@@ -46,6 +48,7 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
             "ready": ready,
             "config_revision": state.live.current().revision(),
             "database": database,
+            "intake": {"ok": writers_ok, "writers": writers},
             "sources": sources,
             "targets": targets,
             "unhealthy_sources": unhealthy.into_iter().map(|(name, _)| name).collect::<Vec<_>>(),

@@ -99,6 +99,7 @@ pub(super) fn decide(
     live: &Live,
     now: Millis,
 ) -> Decided {
+    super::failpoint::check(deliveries);
     let Found {
         mut seen,
         mut claimed,

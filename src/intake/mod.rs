@@ -8,6 +8,8 @@
 //! by entity ([`writer`]; one on PostgreSQL unless configured).
 
 mod decide;
+mod failpoint;
+mod health;
 mod postgres_batch;
 mod sqlite_checkpoint;
 mod sqlite_writer;
@@ -29,6 +31,8 @@ use crate::config::DatabaseConfig;
 use crate::dispatcher::Wake;
 use crate::live::LiveConfig;
 use crate::store::{MAX_KEY_LEN, MAX_RAW_REF_LEN};
+pub use health::WriterStatus;
+use health::{Signals, WriterHealth};
 
 /// One authenticated delivery, ready to be decided.
 #[derive(Debug)]
@@ -240,9 +244,10 @@ struct Pending {
 
 /// Sends each sender of a committed batch its answer, in batch order, and wakes the
 /// dispatcher when the batch created runs (their dispatches are in the outbox now).
-fn answer_all(batch: Vec<Pending>, answers: Vec<Answer>, wake: &Wake) {
+fn answer_all(batch: Vec<Pending>, answers: Vec<Answer>, signals: &Signals) {
+    signals.health.committed();
     if answers.iter().any(|a| a.outcome == Outcome::Routed) {
-        wake.runs_created();
+        signals.wake.runs_created();
     }
     for (pending, answer) in batch.into_iter().zip(answers) {
         let _ = pending.reply.send(Ok(answer));
@@ -263,7 +268,8 @@ fn refuse_unstorable(batch: Vec<Pending>, error: &dyn std::fmt::Display) {
 }
 
 /// Tells every sender of `batch` that the store refused it (they answer 503 + Retry-After).
-fn refuse_all(batch: Vec<Pending>, error: &dyn std::fmt::Display) {
+fn refuse_all(batch: Vec<Pending>, error: &dyn std::fmt::Display, signals: &Signals) {
+    signals.health.failed();
     tracing::error!(%error, size = batch.len(), "the store refused deliveries; senders are told to retry");
     let refusal = StoreUnavailable(error.to_string());
     for pending in batch {
@@ -275,6 +281,7 @@ fn refuse_all(batch: Vec<Pending>, error: &dyn std::fmt::Display) {
 #[derive(Debug, Clone)]
 pub struct Intake {
     shards: Arc<[mpsc::Sender<Pending>]>,
+    health: Arc<[Arc<WriterHealth>]>,
     hasher: std::collections::hash_map::RandomState,
 }
 
@@ -302,13 +309,19 @@ impl Intake {
         live: LiveConfig,
         wake: Arc<Wake>,
     ) -> anyhow::Result<Self> {
-        let shards: Vec<_> = if db.get_database_backend() == DbBackend::Sqlite {
+        let signals = || Signals {
+            wake: wake.clone(),
+            health: Arc::new(WriterHealth::default()),
+        };
+        let (shards, health): (Vec<_>, Vec<_>) = if db.get_database_backend() == DbBackend::Sqlite {
             let options: SqliteConnectOptions = url.parse().context("invalid SQLite URL")?;
             let path = options.get_filename();
             let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-            sqlite_writer::start(path, config.durability, live, rx, wake)
+            let signals = signals();
+            let health = signals.health.clone();
+            sqlite_writer::start(path, config.durability, live, rx, signals)
                 .with_context(|| format!("cannot open {} for the intake writer", path.display()))?;
-            vec![tx]
+            (vec![tx], vec![health])
         } else {
             let writers = config
                 .writers
@@ -316,13 +329,16 @@ impl Intake {
             (0..writers.max(1))
                 .map(|_| {
                     let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-                    tokio::spawn(writer::run(db.clone(), live.clone(), rx, wake.clone()));
-                    tx
+                    let signals = signals();
+                    let health = signals.health.clone();
+                    tokio::spawn(writer::run(db.clone(), live.clone(), rx, signals));
+                    (tx, health)
                 })
-                .collect()
+                .unzip()
         };
         Ok(Self {
             shards: shards.into(),
+            health: health.into(),
             hasher: Default::default(),
         })
     }
@@ -342,6 +358,18 @@ impl Intake {
             .map_err(|_| StoreUnavailable("the intake writer dropped the delivery".into()))??;
         logged.log(&answer);
         Ok(answer)
+    }
+
+    /// Each writer's health and queue depth, for `/readyz`.
+    pub fn writers(&self) -> Vec<WriterStatus> {
+        self.shards
+            .iter()
+            .zip(self.health.iter())
+            .map(|(shard, health)| {
+                let depth = shard.max_capacity() - shard.capacity();
+                health.status(depth, !shard.is_closed())
+            })
+            .collect()
     }
 
     /// Events on one entity go to one writer, so they never contend across writers; copies of

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{
@@ -20,10 +19,10 @@ use switchyard_router::{ACTIVE, now_millis};
 use tokio::sync::mpsc;
 
 use super::decide::{self, Decided, Found, Lookups, SourceKey};
+use super::health::Signals;
 use super::sqlite_checkpoint::{self, Nudge};
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
 use crate::config::Durability;
-use crate::dispatcher::Wake;
 use crate::live::{Live, LiveConfig};
 
 fn open(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
@@ -56,13 +55,13 @@ pub(super) fn start(
     durability: Durability,
     live: LiveConfig,
     queue: mpsc::Receiver<Pending>,
-    wake: Arc<Wake>,
+    signals: Signals,
 ) -> anyhow::Result<()> {
     let conn = open(path, durability)?;
     let checkpoints = sqlite_checkpoint::start(path)?;
     std::thread::Builder::new()
         .name("intake-sqlite".into())
-        .spawn(move || run(conn, live, queue, checkpoints, &wake))?;
+        .spawn(move || run(conn, live, queue, checkpoints, &signals))?;
     Ok(())
 }
 
@@ -71,7 +70,7 @@ fn run(
     live: LiveConfig,
     mut queue: mpsc::Receiver<Pending>,
     checkpoints: Nudge,
-    wake: &Wake,
+    signals: &Signals,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = queue.blocking_recv() {
@@ -83,7 +82,18 @@ fn run(
             }
         }
         let revision = live.current();
-        decide(&mut conn, &revision, std::mem::take(&mut batch), wake);
+        let batch = std::mem::take(&mut batch);
+        // A panic on one batch drops its replies (its senders answer 503, retry safe) and
+        // leaves the transaction rolled back; the writer goes on with the next batch.
+        let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            decide(&mut conn, &revision, batch, signals)
+        }));
+        if decided.is_err() {
+            signals.health.panicked();
+            tracing::error!(
+                "the intake writer panicked on a batch; its senders were answered 503 and it goes on"
+            );
+        }
         checkpoints.committed();
         checkpoints.catch_up(&conn);
     }
@@ -91,7 +101,7 @@ fn run(
 
 /// Decides and answers every delivery of `batch`. If the batch as a whole keeps failing, each
 /// delivery is tried alone, so one poisonous delivery cannot refuse its neighbours.
-fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>, wake: &Wake) {
+fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>, signals: &Signals) {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
     match commit_with_retries(conn, live, &deliveries) {
@@ -101,16 +111,16 @@ fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>, wake: &Wake) 
                 micros = started.elapsed().as_micros() as u64,
                 "batch committed"
             );
-            answer_all(batch, answers, wake);
+            answer_all(batch, answers, signals);
         }
         Err(error) if batch.len() > 1 => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
             for pending in batch {
-                decide(conn, live, vec![pending], wake);
+                decide(conn, live, vec![pending], signals);
             }
         }
         Err(error) if is_unstorable(&error) => refuse_unstorable(batch, &error),
-        Err(error) => refuse_all(batch, &error),
+        Err(error) => refuse_all(batch, &error, signals),
     }
 }
 

@@ -3,9 +3,9 @@
 //! ([`postgres_batch`]), on MySQL through sea-orm. Several may run, sharded by entity.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{DatabaseConnection, DbBackend, DbErr, EntityTrait, RuntimeErr, SqlErr};
 use switchyard_router::entities::{dispatch, run_history};
@@ -14,9 +14,9 @@ use switchyard_router::{lock_leases, now_millis};
 use tokio::sync::mpsc;
 
 use super::decide::{self, Found, Lookups, SourceKey};
+use super::health::Signals;
 use super::postgres_batch;
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
-use crate::dispatcher::Wake;
 use crate::live::{Live, LiveConfig};
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
 use crate::store::ledger;
@@ -36,7 +36,7 @@ pub(super) async fn run(
     db: DatabaseConnection,
     live: LiveConfig,
     mut queue: mpsc::Receiver<Pending>,
-    wake: Arc<Wake>,
+    signals: Signals,
 ) {
     let mut store = if db.get_database_backend() == DbBackend::Postgres {
         Store::Postgres(postgres_batch::Writer::new(
@@ -48,13 +48,24 @@ pub(super) async fn run(
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let revision = live.current();
-        decide(&mut store, &revision, std::mem::take(&mut batch), &wake).await;
+        let batch = std::mem::take(&mut batch);
+        // A panic on one batch drops its replies (its senders answer 503, retry safe); the
+        // writer goes on with the next batch.
+        let decided = std::panic::AssertUnwindSafe(decide(&mut store, &revision, batch, &signals))
+            .catch_unwind()
+            .await;
+        if decided.is_err() {
+            signals.health.panicked();
+            tracing::error!(
+                "an intake writer panicked on a batch; its senders were answered 503 and it goes on"
+            );
+        }
     }
 }
 
 /// Decides and answers every delivery of `batch`. If the batch as a whole keeps failing, each
 /// delivery is tried alone, so one poisonous delivery cannot refuse its neighbours.
-async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, wake: &Wake) {
+async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, signals: &Signals) {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
     match commit_with_retries(store, live, &deliveries).await {
@@ -64,16 +75,16 @@ async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, wake: &Wake
                 micros = started.elapsed().as_micros() as u64,
                 "batch committed"
             );
-            answer_all(batch, answers, wake);
+            answer_all(batch, answers, signals);
         }
         Err(error) if batch.len() > 1 && !is_connection_error(&error) => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
             for pending in batch {
-                Box::pin(decide(store, live, vec![pending], wake)).await;
+                Box::pin(decide(store, live, vec![pending], signals)).await;
             }
         }
         Err(error) if is_unstorable(&error) => refuse_unstorable(batch, &error),
-        Err(error) => refuse_all(batch, &error),
+        Err(error) => refuse_all(batch, &error, signals),
     }
 }
 

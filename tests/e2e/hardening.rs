@@ -196,3 +196,52 @@ async fn keys_compare_byte_for_byte_on_every_backend() {
         db.drop_database().await;
     }
 }
+
+#[tokio::test]
+async fn a_writer_that_panics_on_a_batch_answers_503_and_goes_on() {
+    for db in TestDb::all().await {
+        let daemon = Daemon::start(
+            &db,
+            &config(&db, WORKED_EXAMPLE),
+            &[("SWITCHYARD_FAILPOINT", "writer_panic:poison")],
+        )
+        .await;
+        let (status, answer) = daemon
+            .post_event("poison", &event("webhook", "ticket.created", "acme", "P1"))
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{:?}: {answer}",
+            db.backend
+        );
+        // The writer survived: the next deliveries are decided as usual.
+        for n in 0..3 {
+            let (status, answer) = daemon
+                .post_event(
+                    &format!("after-{n}"),
+                    &event("webhook", "ticket.created", "acme", &format!("P{n}")),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{:?}: {answer}", db.backend);
+        }
+        let ready = daemon.get_status("/readyz").await.1;
+        let writers = ready["intake"]["writers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(!writers.is_empty(), "{ready}");
+        let panics: u64 = writers
+            .iter()
+            .map(|w| w["panics"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(panics, 1, "{ready}");
+        assert_eq!(ready["intake"]["ok"], true, "committing again: {ready}");
+        assert!(
+            writers.iter().any(|w| w["last_commit"].is_string()),
+            "{ready}"
+        );
+        daemon.stop();
+        db.drop_database().await;
+    }
+}
