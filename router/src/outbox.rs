@@ -442,6 +442,21 @@ pub async fn claim_pull(
             continue;
         };
         let reclaimed = row.claim_token.is_some();
+        if reclaimed {
+            // Taken over before the keep-alive sweep reset it: recorded as the sweep would.
+            history(
+                &txn,
+                &run.id,
+                RunStatus::Queued,
+                "claim_expired",
+                Some(format!(
+                    "claim {} expired without extend, release or finish",
+                    row.attempts
+                )),
+                now,
+            )
+            .await?;
+        }
         if row.attempts >= target.max_claims {
             dispatch::Entity::update_many()
                 .col_expr(
