@@ -68,16 +68,25 @@ enum Command {
 
 /// Log lines are formatted by the thread that logs and written to stderr by a thread of their
 /// own, many lines per `write` (one `write` per line cost the daemon a seventh of its CPU under
-/// load). No line is dropped: a full queue makes the logging thread wait. Lines still queued
-/// are written when the returned guard is dropped.
+/// load). Logging never blocks intake: when the queue is full (nobody reads stderr) lines are
+/// dropped and counted, and once lines get through again one says how many were lost. Lines
+/// still queued are written when the returned guard is dropped.
 fn init_logging(format: LogFormat) -> WorkerGuard {
-    const QUEUED_LINES: usize = 64 * 1024;
+    // Lines queued for the log-writer thread before new ones are dropped.
+    let queued_lines = std::env::var("SWITCHYARD_LOG_QUEUE_LINES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(64 * 1024);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let (writer, guard) = NonBlockingBuilder::default()
-        .lossy(false)
-        .buffered_lines_limit(QUEUED_LINES)
+        .lossy(true)
+        .buffered_lines_limit(queued_lines)
         .thread_name("log-writer")
         .finish(BufWriter::with_capacity(64 * 1024, std::io::stderr()));
+    let dropped = writer.error_counter();
+    let _ = std::thread::Builder::new()
+        .name("log-drops".into())
+        .spawn(move || report_dropped_lines(dropped));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
@@ -87,6 +96,26 @@ fn init_logging(format: LogFormat) -> WorkerGuard {
         LogFormat::Json => builder.json().init(),
     }
     guard
+}
+
+/// Says how many log lines were dropped, once a line can get through again (a report that is
+/// itself dropped is repeated).
+fn report_dropped_lines(dropped: tracing_appender::non_blocking::ErrorCounter) {
+    let mut reported = 0;
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let total = dropped.dropped_lines();
+        if total > reported {
+            tracing::warn!(
+                dropped = total - reported,
+                total,
+                "log lines were dropped because stderr was not read fast enough"
+            );
+            if dropped.dropped_lines() == total {
+                reported = total;
+            }
+        }
+    }
 }
 
 fn main() -> ExitCode {

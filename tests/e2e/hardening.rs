@@ -245,3 +245,96 @@ async fn a_writer_that_panics_on_a_batch_answers_503_and_goes_on() {
         db.drop_database().await;
     }
 }
+
+#[tokio::test]
+async fn a_stalled_log_reader_never_stops_intake() {
+    use std::process::{Command, Stdio};
+    let Some(db) = TestDb::create(super::harness::Backend::Sqlite).await else {
+        return;
+    };
+    // Nobody reads this daemon's stderr until the end, as with a stuck log shipper.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let config_path = db.dir.path().join("stalled-log.toml");
+    let text = config(&db, WORKED_EXAMPLE).replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    std::fs::write(&config_path, text).expect("config");
+    let mut child = Command::new(super::harness::binary())
+        .args(["serve", "--config"])
+        .arg(&config_path)
+        .env("SWITCHYARD_API_TOKEN", TOKEN)
+        .env("RUST_LOG", "info")
+        // A small queue, so the pipe and the queue fill within a few thousand deliveries.
+        .env("SWITCHYARD_LOG_QUEUE_LINES", "1000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while client.get(format!("{base}/healthz")).send().await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "daemon did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Far more log lines (one per delivery) than the pipe and the queue hold (64 KiB + 1,000).
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let load_until = std::time::Instant::now() + Duration::from_secs(15);
+    let mut tasks = Vec::new();
+    for worker in 0..32 {
+        let (client, base, answered) = (client.clone(), base.clone(), answered.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0..250 {
+                if std::time::Instant::now() > load_until {
+                    break;
+                }
+                let response = client
+                    .post(format!("{base}/v1/events"))
+                    .bearer_auth(TOKEN)
+                    .header("Idempotency-Key", format!("log-{worker}-{n}"))
+                    .json(&event("chat", "message", "acme", &format!("L{worker}-{n}")))
+                    .timeout(Duration::from_secs(10))
+                    .send()
+                    .await
+                    .expect("answered while stderr is stalled");
+                assert!(response.status().is_success(), "{}", response.status());
+                answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("load task");
+    }
+    let health = client
+        .get(format!("{base}/healthz"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .expect("health answers after the flood");
+    assert!(health.status().is_success());
+    eprintln!(
+        "stalled-stderr test: {} deliveries answered",
+        answered.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    // Once the reader is back, the daemon says how many lines it dropped.
+    let stderr = child.stderr.take().expect("stderr");
+    let (lines, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("log lines were dropped") {
+                let _ = lines.send(line);
+            }
+        }
+    });
+    let report = seen.recv_timeout(Duration::from_secs(10));
+    let _ = child.kill();
+    let _ = child.wait();
+    let report = report.expect("a line saying how many log lines were dropped");
+    assert!(report.contains("dropped="), "{report}");
+}
