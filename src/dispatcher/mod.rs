@@ -153,10 +153,15 @@ async fn run(
         transports.refresh(&current).await;
         let mut more = false;
         for target in transports.push() {
-            let free = in_flight.available_permits().min(CLAIM_BATCH);
+            // Claim only what can be sent now: a claimed row waiting for a free slot would
+            // see its claim lapse and be claimed (and sent) again. A full target is looked at
+            // again when one of its deliveries ends (it wakes the loop).
+            let free = in_flight
+                .available_permits()
+                .min(target.in_flight.available_permits())
+                .min(CLAIM_BATCH);
             if free == 0 {
-                more = true;
-                break;
+                continue;
             }
             match claim(&db, target, &owner, free).await {
                 Ok(claimed) => {
@@ -165,13 +170,20 @@ async fn run(
                         let Ok(permit) = in_flight.clone().acquire_owned().await else {
                             break;
                         };
+                        let Ok(target_permit) = target.in_flight.clone().acquire_owned().await
+                        else {
+                            break;
+                        };
                         let target = target.clone();
                         let records = records.clone();
                         let owner = owner.clone();
+                        let wake = wake.clone();
                         tokio::spawn(async move {
                             let recorded = deliver(&target, claimed, message, owner).await;
                             let _ = records.send(recorded).await;
+                            drop(target_permit);
                             drop(permit);
+                            wake.dispatcher.notify_one();
                         });
                     }
                 }

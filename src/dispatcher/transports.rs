@@ -8,6 +8,7 @@ use std::time::Duration;
 use switchyard_dispatch::{
     HttpTarget, HttpTransport, NatsTarget, NatsTransport, RetrySchedule, SigningKey, Transport,
 };
+use tokio::sync::Semaphore;
 
 use crate::config::{NatsTargetConfig, ResolvedTarget};
 use crate::live::Live;
@@ -20,6 +21,9 @@ pub struct PushTarget {
     pub schedule: Arc<RetrySchedule>,
     /// How long a claim for one attempt lasts: past it, another dispatcher may try again.
     pub claim_for: Duration,
+    /// Deliveries this target may have in flight: the dispatcher claims no more than it can
+    /// send at once, so no claimed row waits behind others while its claim runs out.
+    pub in_flight: Arc<Semaphore>,
 }
 
 /// The push targets of one revision.
@@ -30,8 +34,14 @@ pub struct Transports {
     nats: HashMap<String, (NatsTargetConfig, Arc<NatsTransport>)>,
 }
 
-/// Slack on top of a request timeout before a claim lapses.
-const CLAIM_SLACK: Duration = Duration::from_secs(30);
+/// Slack on top of an attempt's longest duration before its claim lapses: time to record it.
+/// A claim covers one attempt that starts at once (see [`PushTarget::in_flight`]); past the
+/// slack, an unrecorded attempt (a crash, a store outage) is delivered again under its id.
+const CLAIM_SLACK: Duration = Duration::from_secs(5);
+/// Longest NATS attempt: the transport's connect grace (2 s) plus its publish timeout (10 s).
+const NATS_ATTEMPT: Duration = Duration::from_secs(12);
+/// In-flight cap of a NATS target (publishes pipeline on one connection).
+const NATS_IN_FLIGHT: usize = 1024;
 
 impl Transports {
     /// Builds the transports of `live` unless they are already those of its revision.
@@ -62,8 +72,12 @@ impl Transports {
         target: &ResolvedTarget,
         nats: &mut HashMap<String, (NatsTargetConfig, Arc<NatsTransport>)>,
     ) -> anyhow::Result<Option<PushTarget>> {
-        let (transport, retry, claim_for): (Arc<dyn Transport>, &[String], Duration) = match target
-        {
+        let (transport, retry, claim_for, in_flight): (
+            Arc<dyn Transport>,
+            &[String],
+            Duration,
+            usize,
+        ) = match target {
             ResolvedTarget::Pull(_) => return Ok(None),
             ResolvedTarget::Http { config, secrets } => {
                 let signing_keys = secrets
@@ -81,6 +95,7 @@ impl Transports {
                     Arc::new(transport),
                     &config.retry,
                     config.timeout + CLAIM_SLACK,
+                    config.max_in_flight,
                 )
             }
             ResolvedTarget::Nats(config) => {
@@ -100,7 +115,8 @@ impl Transports {
                 (
                     transport,
                     &config.retry,
-                    Duration::from_secs(10) + CLAIM_SLACK,
+                    NATS_ATTEMPT + CLAIM_SLACK,
+                    NATS_IN_FLIGHT,
                 )
             }
         };
@@ -109,6 +125,7 @@ impl Transports {
             transport,
             schedule: Arc::new(RetrySchedule::parse(retry)?),
             claim_for,
+            in_flight: Arc::new(Semaphore::new(in_flight.max(1))),
         }))
     }
 
