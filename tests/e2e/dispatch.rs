@@ -1332,7 +1332,8 @@ async fn runs_published_to_jetstream_arrive_once_each_by_msg_id() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         nats.kill();
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Longer than the transport waits for a reconnect (2 s), so attempts fail and retry.
+        tokio::time::sleep(Duration::from_secs(3)).await;
         nats.spawn().await;
     });
     let second: BTreeSet<String> = second.into_iter().collect();
