@@ -1432,3 +1432,36 @@ async fn a_daemon_killed_mid_delivery_delivers_every_run_after_restart() {
         db.drop_database().await;
     }
 }
+
+/// A backlog behind `max_in_flight` is not claimed before it can be sent: a claimed row waiting
+/// its turn would see its claim (timeout + 5 s) lapse and be sent twice.
+#[tokio::test]
+async fn a_slow_worker_with_a_backlog_gets_each_run_once() {
+    let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
+    let (secret, key) = new_secret();
+    let worker = Worker::start(key, &[], Duration::from_millis(250)).await;
+    let setup = http_setup(
+        &worker.url,
+        "timeout = \"1s\"\nmax_in_flight = 1\nretry = [\"200ms\"]",
+    );
+    let daemon = Daemon::start(&db, &config(&db, &setup), &[(SECRET_ENV, secret.as_str())]).await;
+    // 30 runs of 250 ms one at a time: 7.5 s of backlog, longer than one claim (6 s).
+    let entities: Vec<String> = (0..30).map(|n| unique(&format!("e{n}"))).collect();
+    let posted = AtomicUsize::new(0);
+    let runs: BTreeSet<String> = post_many(&daemon, &entities, 30, &posted)
+        .await
+        .into_iter()
+        .collect();
+    wait_all_dispatched(&daemon, &runs, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let seen = worker.seen();
+    let ids: BTreeSet<&str> = seen.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids.len(), 30, "every run reached the worker");
+    assert_eq!(
+        seen.len(),
+        30,
+        "{} requests for 30 runs: queued claims lapsed and were sent again",
+        seen.len()
+    );
+    daemon.stop();
+}
