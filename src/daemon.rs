@@ -5,7 +5,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::config::Settings;
@@ -118,13 +117,14 @@ impl Daemon {
         Ok(())
     }
 
-    /// Serves HTTP on `listener` until `shutdown` completes, then drains in-flight requests.
+    /// Serves HTTP on `listener` until `shutdown` completes, then drains in-flight requests
+    /// (for at most `server.shutdown_timeout`).
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let body_limit = self
+        let server = self
             .state
             .live
             .current()
@@ -132,25 +132,20 @@ impl Daemon {
             .loaded
             .config
             .server
-            .body_limit;
+            .clone();
         let addr = listener.local_addr().context("listener has no address")?;
-        let app = http::router(self.state.clone(), body_limit);
-        tracing::info!(%addr, "listening");
-        // Answers are small and go out whole: never hold one back waiting for an ACK (Nagle).
-        let listener = listener.tap_io(|stream| {
-            if let Err(error) = stream.set_nodelay(true) {
-                tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
-            }
-        });
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .context("HTTP server failed");
+        let app = http::router(self.state.clone(), &server);
+        let limits = crate::server::Limits {
+            header_read_timeout: server.header_read_timeout,
+            max_connections: crate::server::fit_connection_cap(server.max_connections),
+            shutdown_timeout: server.shutdown_timeout,
+        };
+        tracing::info!(%addr, max_connections = limits.max_connections, "listening");
+        crate::server::serve(listener, app, limits, shutdown).await;
         // Pollers log out and release their leases, so another replica takes over at once.
         self.pollers.shutdown().await;
         // Deliveries in flight finish and are recorded, or stay claimed and are sent again.
         self.dispatcher.shutdown().await;
-        served?;
         tracing::info!("stopped");
         Ok(())
     }

@@ -9,6 +9,7 @@ pub mod http;
 pub mod intake;
 pub mod live;
 mod mailbox;
+mod server;
 pub mod sources;
 pub mod store;
 

@@ -9,6 +9,7 @@ mod e2e {
     mod dispatch;
     mod email;
     mod hardening;
+    mod hostile;
     mod leases;
     mod outage;
     mod pull;

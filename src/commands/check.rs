@@ -101,14 +101,14 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
         }
     }
     for target in &config.targets {
-        if let TargetConfig::Http(http) = target {
-            if http.insecure_skip_signature {
-                report.warnings.push(format!(
-                    "INSECURE: http target `{}` sends unsigned requests \
-                     (insecure_skip_signature = true); its worker cannot tell them from forgeries",
-                    http.name
-                ));
-            }
+        if let TargetConfig::Http(http) = target
+            && http.insecure_skip_signature
+        {
+            report.warnings.push(format!(
+                "INSECURE: http target `{}` sends unsigned requests \
+                 (insecure_skip_signature = true); its worker cannot tell them from forgeries",
+                http.name
+            ));
         }
         if let Err(error) = target.resolve(env) {
             report

@@ -62,6 +62,34 @@ pub struct ServerConfig {
         with = "humantime_serde"
     )]
     pub intake_timeout: std::time::Duration,
+    /// Longest a client may take to send a request's headers; also how long an idle
+    /// keep-alive connection stays open (default 10s).
+    #[serde(
+        default = "ServerConfig::default_read_timeout",
+        with = "humantime_serde"
+    )]
+    pub header_read_timeout: std::time::Duration,
+    /// Longest a client may take to send a request's body (default 10s); slower ones get 408.
+    #[serde(
+        default = "ServerConfig::default_read_timeout",
+        with = "humantime_serde"
+    )]
+    pub body_read_timeout: std::time::Duration,
+    /// Most connections open at once (default 4096); new ones past it are closed at once. The
+    /// soft open-files limit is raised to the hard one at start, and the cap lowered to fit.
+    #[serde(default = "ServerConfig::default_max_connections")]
+    pub max_connections: usize,
+    /// Bytes of not-yet-verified request bodies (signed ingest endpoints) buffered at once,
+    /// across all connections (default 64 MiB); past it such requests get 503 + Retry-After.
+    #[serde(default = "ServerConfig::default_unverified_body_budget")]
+    pub unverified_body_budget: usize,
+    /// Longest a shutdown waits for open requests before closing their connections
+    /// (default 30s).
+    #[serde(
+        default = "ServerConfig::default_shutdown_timeout",
+        with = "humantime_serde"
+    )]
+    pub shutdown_timeout: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -77,6 +105,18 @@ impl ServerConfig {
     fn default_intake_timeout() -> std::time::Duration {
         std::time::Duration::from_secs(2)
     }
+    fn default_read_timeout() -> std::time::Duration {
+        std::time::Duration::from_secs(10)
+    }
+    fn default_max_connections() -> usize {
+        4096
+    }
+    fn default_unverified_body_budget() -> usize {
+        64 * 1024 * 1024
+    }
+    fn default_shutdown_timeout() -> std::time::Duration {
+        std::time::Duration::from_secs(30)
+    }
 }
 
 impl Default for ServerConfig {
@@ -86,6 +126,11 @@ impl Default for ServerConfig {
             api_token_env: Self::default_api_token_env(),
             body_limit: Self::default_body_limit(),
             intake_timeout: Self::default_intake_timeout(),
+            header_read_timeout: Self::default_read_timeout(),
+            body_read_timeout: Self::default_read_timeout(),
+            max_connections: Self::default_max_connections(),
+            unverified_body_budget: Self::default_unverified_body_budget(),
+            shutdown_timeout: Self::default_shutdown_timeout(),
         }
     }
 }
@@ -294,8 +339,24 @@ impl Config {
         if self.server.body_limit == 0 {
             problems.push("server.body_limit must be greater than 0".into());
         }
-        if self.server.intake_timeout.is_zero() {
-            problems.push("server.intake_timeout must be longer than 0s".into());
+        for (key, value) in [
+            ("intake_timeout", self.server.intake_timeout),
+            ("header_read_timeout", self.server.header_read_timeout),
+            ("body_read_timeout", self.server.body_read_timeout),
+        ] {
+            if value.is_zero() {
+                problems.push(format!("server.{key} must be longer than 0s"));
+            }
+        }
+        if self.server.max_connections == 0 {
+            problems.push("server.max_connections must be at least 1".into());
+        }
+        if self.server.unverified_body_budget < self.server.body_limit {
+            problems.push(
+                "server.unverified_body_budget must be at least server.body_limit (one whole \
+                 body must fit)"
+                    .into(),
+            );
         }
         if self.database.writers == Some(0) {
             problems.push("database.writers must be at least 1".into());

@@ -21,6 +21,7 @@ use sea_orm::DatabaseConnection;
 pub use admin::millis_to_rfc3339;
 pub use error::ApiError;
 
+use crate::config::ServerConfig;
 use crate::dispatcher::{TargetHealths, Wake};
 use crate::intake::Intake;
 use crate::live::LiveConfig;
@@ -39,8 +40,11 @@ pub struct AppState {
     pub targets: Arc<TargetHealths>,
 }
 
-/// The whole HTTP surface.
-pub fn router(state: AppState, body_limit: usize) -> Router {
+/// The whole HTTP surface, with the server's body limits: a declared body over `body_limit` is
+/// refused before it is read, every body must arrive within `body_read_timeout`, and the
+/// signed ingest endpoints buffer unverified bodies only within `unverified_body_budget`.
+pub fn router(state: AppState, server: &ServerConfig) -> Router {
+    let body_limit = server.body_limit;
     let admin = Router::new()
         .merge(events::router())
         .merge(runs::router())
@@ -50,16 +54,71 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
             state.clone(),
             auth::require_api_token,
         ));
-    Router::new()
-        .merge(admin)
+    let budget = UnverifiedBudget::new(server.unverified_body_budget, body_limit);
+    let ingest = Router::new()
         .merge(ingest_webhook::router())
         .merge(ingest_slack::router())
+        .route_layer(axum::middleware::from_fn(move |request, next| {
+            budget.clone().admit(request, next)
+        }));
+    Router::new()
+        .merge(admin)
+        .merge(ingest)
         .merge(health::router())
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            server.body_read_timeout,
+        ))
         .layer(axum::middleware::from_fn(move |request, next| {
             refuse_declared_oversize(request, next, body_limit)
         }))
         .with_state(state)
+}
+
+/// Bytes of unverified bodies (signed endpoints read the whole body before they can check its
+/// signature) buffered at once across all connections, in KiB permits.
+#[derive(Debug, Clone)]
+struct UnverifiedBudget {
+    kib: Arc<tokio::sync::Semaphore>,
+    body_limit: usize,
+}
+
+impl UnverifiedBudget {
+    fn new(budget: usize, body_limit: usize) -> Self {
+        let kib = (budget / 1024).clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        Self {
+            kib: Arc::new(tokio::sync::Semaphore::new(kib)),
+            body_limit,
+        }
+    }
+
+    /// Reserves the request's declared length (or the body limit when it declares none) for
+    /// as long as it is handled; with the budget spent, answers 503 + Retry-After at once.
+    async fn admit(
+        self,
+        request: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let declared = request
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<usize>().ok())
+            .unwrap_or(self.body_limit);
+        let kib =
+            u32::try_from(declared.min(self.body_limit).div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+        let Ok(_reserved) = self.kib.clone().try_acquire_many_owned(kib) else {
+            tracing::warn!(
+                "the budget for unverified request bodies is spent; answering 503 until bodies finish"
+            );
+            return ApiError::from(crate::intake::StoreUnavailable(
+                "too many unverified request bodies are being read".into(),
+            ))
+            .into_response();
+        };
+        next.run(request).await
+    }
 }
 
 /// Answers 413 before reading a byte of a body whose declared `Content-Length` is over the

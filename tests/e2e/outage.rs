@@ -115,10 +115,7 @@ impl StallingProxy {
                                 flag: Arc<AtomicBool>| async move {
                         use tokio::io::{AsyncReadExt, AsyncWriteExt};
                         let mut buffer = vec![0; 16 * 1024];
-                        loop {
-                            let Ok(n) = from.read(&mut buffer).await else {
-                                break;
-                            };
+                        while let Ok(n) = from.read(&mut buffer).await {
                             if n == 0 {
                                 break;
                             }
