@@ -494,6 +494,11 @@ pub async fn claim_pull(
             set_status(&txn, &run.id, RunStatus::Queued, RunStatus::Dispatched, now).await?;
             run.status = RunStatus::Dispatched;
         }
+        // Every claim after the first goes to a new holder, who gets a new fencing token: the
+        // worker whose claim lapsed can no longer heartbeat or finish the run.
+        if row.attempts > 1 {
+            run.fencing_token = new_fencing_token(&txn, &run, now).await?;
+        }
         let detail = format!(
             "claim {} of series {} until {}{}",
             row.attempts,
@@ -527,6 +532,34 @@ pub async fn claim_pull(
     }
     txn.commit().await?;
     Ok(claims)
+}
+
+/// Moves `run`'s lease (if it still holds it) and the run to the next fencing token.
+async fn new_fencing_token<C: ConnectionTrait>(
+    txn: &C,
+    run: &run::Model,
+    now: Millis,
+) -> Result<i64, DbErr> {
+    let next = run.fencing_token + 1;
+    let moved = entity_lock::Entity::update_many()
+        .col_expr(entity_lock::Column::FencingToken, next.into())
+        .col_expr(entity_lock::Column::UpdatedAt, now.into())
+        .filter(entity_lock::Column::TenantId.eq(run.tenant_id.as_str()))
+        .filter(entity_lock::Column::TargetEntityId.eq(run.target_entity_id.as_str()))
+        .filter(entity_lock::Column::RunId.eq(run.id.as_str()))
+        .filter(entity_lock::Column::FencingToken.eq(run.fencing_token))
+        .exec(txn)
+        .await?;
+    if moved.rows_affected == 0 {
+        return Ok(run.fencing_token);
+    }
+    run::Entity::update_many()
+        .col_expr(run::Column::FencingToken, next.into())
+        .col_expr(run::Column::UpdatedAt, now.into())
+        .filter(run::Column::Id.eq(run.id.as_str()))
+        .exec(txn)
+        .await?;
+    Ok(next)
 }
 
 /// An opaque, unguessable claim token: 64 hex digits, 244 random bits.

@@ -88,10 +88,13 @@ async fn get_run(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = lifecycle::get(&state.db, &id)
+    // One snapshot: the run, its dispatch and its history as of one moment, never torn.
+    let txn = read_snapshot(&state.db).await?;
+    let run = lifecycle::get(&txn, &id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))?;
-    let (dispatch, attempts, history) = outbox::trail(&state.db, &id).await?;
+    let (dispatch, attempts, history) = outbox::trail(&txn, &id).await?;
+    txn.commit().await?;
     let mut view = serde_json::to_value(RunView::from(run)).unwrap_or_default();
     view["dispatch"] = dispatch.map_or(Value::Null, |d| {
         json!({
@@ -135,6 +138,23 @@ async fn get_run(
         })
         .collect();
     Ok(Json(view))
+}
+
+/// A read-only transaction that sees one snapshot (REPEATABLE READ; SQLite's deferred
+/// transaction reads one snapshot from its first read).
+async fn read_snapshot(
+    db: &sea_orm::DatabaseConnection,
+) -> Result<sea_orm::DatabaseTransaction, sea_orm::DbErr> {
+    use sea_orm::{AccessMode, DbBackend, IsolationLevel, TransactionOptions, TransactionTrait};
+    let options = match db.get_database_backend() {
+        DbBackend::Sqlite => TransactionOptions::default(),
+        _ => TransactionOptions {
+            isolation_level: Some(IsolationLevel::RepeatableRead),
+            access_mode: Some(AccessMode::ReadOnly),
+            ..Default::default()
+        },
+    };
+    db.begin_with_options(options).await
 }
 
 /// What a worker proves it is the current holder with.

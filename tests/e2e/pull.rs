@@ -341,6 +341,16 @@ async fn an_expired_claim_is_claimed_again_and_a_stale_token_is_refused() {
             "{backend:?}: {view}"
         );
         assert_eq!(view["dispatch"]["attempts"], 2, "{view}");
+        // The new holder has a new fencing token: the worker whose claim lapsed is stale.
+        assert!(
+            second.fencing_token > first.fencing_token,
+            "{backend:?}: {} then {}",
+            first.fencing_token,
+            second.fencing_token
+        );
+        let (status, body) = finish(&daemon, &run_id, first.fencing_token).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{backend:?}: {body}");
+        assert_eq!(body["error"], "lease_lost", "{body}");
         let (status, body) = finish(&daemon, &run_id, second.fencing_token).await;
         assert_eq!(status, StatusCode::OK, "{backend:?}: {body}");
         let view = run(&daemon, &run_id).await;
