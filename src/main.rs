@@ -14,8 +14,19 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// sysexits.h: the config file is wrong.
+const EX_CONFIG: u8 = 78;
+
+/// The version and the commit it was built from (`build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SWITCHYARD_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version = VERSION, about)]
 struct Cli {
     /// Log line format.
     #[arg(
@@ -151,7 +162,15 @@ fn main() -> ExitCode {
             tracing::error!(error = format!("{error:#}"), "switchyard stopped");
             drop(log_writer);
             eprintln!("error: {error:#}");
-            ExitCode::FAILURE
+            // A service manager should not restart a daemon whose config is wrong: EX_CONFIG.
+            if error
+                .chain()
+                .any(|cause| cause.is::<switchyard::config::ConfigError>())
+            {
+                ExitCode::from(EX_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
