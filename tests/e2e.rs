@@ -4,6 +4,7 @@
 mod e2e {
     pub mod harness;
 
+    mod chaos;
     mod cli;
     mod concurrency;
     mod dispatch;
@@ -17,5 +18,6 @@ mod e2e {
     mod slack;
     mod spine;
     mod sqlite;
+    mod systemd;
     mod webhook;
 }

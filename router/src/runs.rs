@@ -231,16 +231,21 @@ pub async fn get<C: ConnectionTrait>(db: &C, run_id: &str) -> Result<Option<run:
     run::Entity::find_by_id(run_id).one(db).await
 }
 
-/// Runs newest first, optionally of one tenant and status.
+/// Runs newest first, optionally of one tenant and status, older than `before` (a run id:
+/// the next page's cursor).
 pub async fn list<C: ConnectionTrait>(
     db: &C,
     tenant_id: Option<&str>,
     status: Option<RunStatus>,
+    before: Option<&str>,
     limit: u64,
 ) -> Result<Vec<run::Model>, DbErr> {
     let mut query = run::Entity::find()
         .order_by_desc(run::Column::Id)
         .limit(limit);
+    if let Some(before) = before {
+        query = query.filter(run::Column::Id.lt(before));
+    }
     if let Some(tenant_id) = tenant_id {
         query = query.filter(run::Column::TenantId.eq(tenant_id));
     }

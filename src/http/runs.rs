@@ -31,6 +31,8 @@ struct RunsQuery {
     tenant: Option<String>,
     status: Option<String>,
     limit: Option<String>,
+    /// Only runs older than this run id: the next page's cursor (`next_before`).
+    before: Option<String>,
 }
 
 /// A run as the API shows it.
@@ -78,9 +80,19 @@ async fn list_runs(
     let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let status = query.status.as_deref().map(parse_status).transpose()?;
     let limit = parse_limit(query.limit.as_deref())?;
-    let runs = lifecycle::list(&state.db, query.tenant.as_deref(), status, limit).await?;
+    let runs = lifecycle::list(
+        &state.db,
+        query.tenant.as_deref(),
+        status,
+        query.before.as_deref(),
+        limit,
+    )
+    .await?;
+    let next_before = (runs.len() as u64 == limit)
+        .then(|| runs.last().map(|run| run.id.clone()))
+        .flatten();
     let runs: Vec<RunView> = runs.into_iter().map(RunView::from).collect();
-    Ok(Json(json!({ "runs": runs })))
+    Ok(Json(json!({ "runs": runs, "next_before": next_before })))
 }
 
 /// A run with its dispatch, every attempt and its history.

@@ -204,3 +204,39 @@ async fn migrate_then_serve_without_migrating() {
     assert_eq!(routed["outcome"], "routed");
     daemon.stop();
 }
+
+#[test]
+fn version_names_the_commit_and_a_bad_config_exits_78() {
+    let output = Command::new(binary())
+        .arg("--version")
+        .output()
+        .expect("run --version");
+    let version = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{version}");
+    assert!(
+        version.starts_with(&format!(
+            "switchyard {} (commit ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{version}"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[server]\nlisten = \"127.0.0.1:0\"\nlisten_typo = 1\n",
+    )
+    .expect("write");
+    let output = Command::new(binary())
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("SWITCHYARD_API_TOKEN", "t")
+        .output()
+        .expect("run serve");
+    assert_eq!(output.status.code(), Some(78), "EX_CONFIG");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("listen_typo"),
+        "the error names the key"
+    );
+}
