@@ -95,6 +95,19 @@ pub struct BenchArgs {
     /// rather than in SQLite's busy handler, which is the faster of the two here).
     #[arg(long, default_value_t = 1)]
     pub sqlite_baseline_connections: u32,
+    /// Instead of the load cells: dispatch scenarios per backend, the daemon delivering to a
+    /// worker in this process over these targets, beside the daemon with the pull target.
+    #[arg(long, value_delimiter = ',')]
+    pub dispatch: Vec<DispatchKind>,
+    /// Open-loop rate of the dispatch latency run, requests/s (0 skips it).
+    #[arg(long, default_value_t = 1000)]
+    pub dispatch_rate: u64,
+    /// Also a receiver outage of this length (the http sink answers 503) under closed-loop load.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub outage: Option<Duration>,
+    /// NATS server with JetStream, for `--dispatch nats`.
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
 }
 
 fn parse_env(text: &str) -> Result<(String, String), String> {
@@ -131,6 +144,23 @@ impl Scenario {
         match self {
             Scenario::Webhook => "webhook",
             Scenario::Events => "events",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DispatchKind {
+    /// Signed POSTs to an HTTP sink in the bench process.
+    Http,
+    /// JetStream publishes, read back by a consumer in the bench process.
+    Nats,
+}
+
+impl DispatchKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            DispatchKind::Http => "http",
+            DispatchKind::Nats => "nats",
         }
     }
 }

@@ -12,6 +12,10 @@ use crate::args::BenchArgs;
 pub const API_TOKEN: &str = "bench-token";
 /// Signing secret of the webhook source (passed in `BENCH_ZENDESK_SECRET`).
 pub const WEBHOOK_SECRET: &str = "bench-zendesk-signing-secret";
+/// Environment variable of the http dispatch target's signing secret.
+pub const SINK_SECRET_ENV: &str = "BENCH_SINK_SECRET";
+/// Its value: `whsec_` + base64 of 32 bytes.
+pub const SINK_SECRET: &str = "whsec_c3dpdGNoeWFyZC1iZW5jaC1zaW5rLXNlY3JldC0zMmI=";
 /// Name of the webhook source: `POST /v1/ingest/webhook/zendesk`.
 pub const WEBHOOK_SOURCE: &str = "zendesk";
 
@@ -132,6 +136,7 @@ pub fn daemon_command(args: &BenchArgs, binary: &Path, config_path: &Path) -> Co
         .arg(config_path)
         .env("BENCH_API_TOKEN", API_TOKEN)
         .env("BENCH_ZENDESK_SECRET", WEBHOOK_SECRET)
+        .env(SINK_SECRET_ENV, SINK_SECRET)
         .env("SWITCHYARD_LOG_FORMAT", "json")
         .env("RUST_LOG", &args.daemon_log)
         .envs(args.daemon_env.iter().map(|(name, value)| (name, value)));

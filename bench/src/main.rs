@@ -10,6 +10,7 @@ mod args;
 mod baseline;
 mod child;
 mod config;
+mod dispatch;
 mod load;
 mod plan;
 mod postgres;

@@ -17,7 +17,7 @@ use crate::postgres::TempDatabase;
 use crate::procfs::{self, Memory};
 use crate::report;
 use crate::workload::Workload;
-use crate::{soak, startup};
+use crate::{dispatch, soak, startup};
 
 /// The servers one load cell is run against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +74,12 @@ pub struct BackendResult {
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let binary = daemon_binary(&args)?;
     report::print_header(&args, &binary);
-    if !args.no_load {
+    if !args.no_load && !args.dispatch.is_empty() {
+        for &backend in &args.backends {
+            let result = dispatch::run(&args, &binary, backend).await?;
+            dispatch::print(&result);
+        }
+    } else if !args.no_load {
         for &backend in &args.backends {
             let result = run_backend(&args, &binary, backend).await?;
             report::print_backend(&args, &result);
