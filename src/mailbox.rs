@@ -104,11 +104,10 @@ impl MailboxSink for Sink {
             content_type: "message/rfc822".into(),
             bytes: message.raw.into(),
         });
-        self.intake
-            .submit(delivery)
-            .await
-            .map(|_| ())
-            .map_err(sink_error)
+        let started = std::time::Instant::now();
+        let answered = self.intake.submit(delivery).await;
+        crate::metrics::metrics().delivery("email", answered.as_ref().ok().map(|a| a.outcome), started.elapsed());
+        answered.map(|_| ()).map_err(sink_error)
     }
 
     fn report(&self, source: &str, status: &SourceStatus) {

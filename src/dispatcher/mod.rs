@@ -325,7 +325,25 @@ async fn record_all(
 ) {
     let mut batch = Vec::with_capacity(CLAIM_BATCH);
     while queue.recv_many(&mut batch, CLAIM_BATCH).await > 0 {
+        let metrics = crate::metrics::metrics();
         for recorded in &batch {
+            let target = &recorded.claimed.dispatch.target;
+            metrics
+                .dispatch_attempts
+                .get_or_create(&crate::metrics::AttemptLabels {
+                    target: target.clone(),
+                    result: recorded.result.clone(),
+                })
+                .inc();
+            if matches!(recorded.verdict, Verdict::DeadLetter { .. }) {
+                metrics
+                    .dead_letters
+                    .get_or_create(&crate::metrics::TargetLabel {
+                        target: target.clone(),
+                    })
+                    .inc();
+                metrics.run_finished("dead_lettered");
+            }
             let delivered = recorded.verdict == Verdict::Delivered;
             let gone = recorded.result == "target_gone";
             let error = recorded

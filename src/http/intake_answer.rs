@@ -42,7 +42,26 @@ pub fn respond(answer: Answer, style: Style) -> Response {
         (Outcome::Duplicate, Some(first)) => first,
         (outcome, _) => outcome,
     };
-    (status_of(decided, style), Json(answer)).into_response()
+    let outcome = answer.outcome;
+    let mut response = (status_of(decided, style), Json(answer)).into_response();
+    response.extensions_mut().insert(outcome);
+    response
+}
+
+/// Counts every answer of an intake endpoint of `source_kind` (its outcome, or a 503) and
+/// how long it took.
+pub async fn measured(
+    source_kind: &'static str,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let outcome = response.extensions().get::<Outcome>().copied();
+    if outcome.is_some() || response.status() == StatusCode::SERVICE_UNAVAILABLE {
+        crate::metrics::metrics().delivery(source_kind, outcome, started.elapsed());
+    }
+    response
 }
 
 /// A refusal decided before the store (bad signature, malformed request): nothing is recorded.

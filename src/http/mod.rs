@@ -10,6 +10,7 @@ mod health;
 mod ingest_slack;
 mod ingest_webhook;
 mod intake_answer;
+mod metrics;
 mod runs;
 
 use std::sync::Arc;
@@ -46,7 +47,10 @@ pub struct AppState {
 pub fn router(state: AppState, server: &ServerConfig) -> Router {
     let body_limit = server.body_limit;
     let admin = Router::new()
-        .merge(events::router())
+        .merge(events::router().route_layer(axum::middleware::from_fn(
+            |request, next| intake_answer::measured("api", request, next),
+        )))
+        .merge(metrics::router())
         .merge(runs::router())
         .merge(claims::router())
         .merge(admin::router())
@@ -56,8 +60,12 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
         ));
     let budget = UnverifiedBudget::new(server.unverified_body_budget, body_limit);
     let ingest = Router::new()
-        .merge(ingest_webhook::router())
-        .merge(ingest_slack::router())
+        .merge(ingest_webhook::router().route_layer(axum::middleware::from_fn(
+            |request, next| intake_answer::measured("webhook", request, next),
+        )))
+        .merge(ingest_slack::router().route_layer(axum::middleware::from_fn(
+            |request, next| intake_answer::measured("slack", request, next),
+        )))
         .route_layer(axum::middleware::from_fn(move |request, next| {
             budget.clone().admit(request, next)
         }));

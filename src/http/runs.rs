@@ -213,6 +213,7 @@ async fn finish(
     let run = lifecycle::finish(&state.db, &id, request.fencing_token, status, now_millis())
         .await
         .map_err(run_error)?;
+    crate::metrics::metrics().run_finished(run.status.as_str());
     tracing::info!(run_id = %run.id, tenant_id = %run.tenant_id, status = run.status.as_str(), "run finished and released its lock");
     Ok(Json(RunView::from(run)))
 }

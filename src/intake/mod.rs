@@ -246,7 +246,19 @@ struct Pending {
 /// dispatcher when the batch created runs (their dispatches are in the outbox now).
 fn answer_all(batch: Vec<Pending>, answers: Vec<Answer>, signals: &Signals) {
     signals.health.committed();
-    if answers.iter().any(|a| a.outcome == Outcome::Routed) {
+    let metrics = crate::metrics::metrics();
+    let routed = answers
+        .iter()
+        .filter(|a| a.outcome == Outcome::Routed)
+        .inspect(|a| {
+            // A run routed over an expired lease ended that lease's run.
+            if a.detail.as_deref().is_some_and(|d| d.starts_with("took over")) {
+                metrics.run_finished("expired");
+            }
+        })
+        .count();
+    if routed > 0 {
+        metrics.runs_created.inc_by(routed as u64);
         signals.wake.runs_created();
     }
     for (pending, answer) in batch.into_iter().zip(answers) {

@@ -106,6 +106,7 @@ fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>, signals: &Sig
     let started = std::time::Instant::now();
     match commit_with_retries(conn, live, &deliveries) {
         Ok(answers) => {
+            crate::metrics::metrics().batch(answers.len(), started.elapsed());
             tracing::debug!(
                 size = answers.len(),
                 micros = started.elapsed().as_micros() as u64,

@@ -70,6 +70,7 @@ async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, signals: &S
     let started = std::time::Instant::now();
     match commit_with_retries(store, live, &deliveries).await {
         Ok(answers) => {
+            crate::metrics::metrics().batch(answers.len(), started.elapsed());
             tracing::debug!(
                 size = answers.len(),
                 micros = started.elapsed().as_micros() as u64,

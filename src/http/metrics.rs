@@ -1,0 +1,77 @@
+//! `GET /metrics`: the Prometheus text exposition, behind the API token. Values that live in
+//! the database or other components (pending dispatches and their age, writer queues, mailbox
+//! pollers, the config revision) are read at scrape time.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use switchyard_router::{now_millis, outbox};
+
+use super::{ApiError, AppState};
+use crate::metrics::{RevisionLabel, SourceLabel, TargetLabel, WriterLabel, metrics};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/metrics", get(scrape))
+}
+
+async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let metrics = metrics();
+    let now = now_millis();
+    let live = state.live.current();
+    let pending = outbox::pending_by_target(&state.db).await?;
+    for target in &live.settings.targets {
+        let label = TargetLabel {
+            target: target.name().to_owned(),
+        };
+        let (count, oldest) = pending
+            .iter()
+            .find(|(name, _, _)| name == target.name())
+            .map_or((0, now), |(_, count, oldest)| (*count, *oldest));
+        metrics.pending_dispatches.get_or_create(&label).set(count);
+        metrics
+            .oldest_pending_seconds
+            .get_or_create(&label)
+            .set((now - oldest).max(0) / 1000);
+    }
+    for (index, writer) in state.intake.writers().iter().enumerate() {
+        metrics
+            .writer_queue_depth
+            .get_or_create(&WriterLabel {
+                writer: index.to_string(),
+            })
+            .set(i64::try_from(writer.queue_depth).unwrap_or(i64::MAX));
+    }
+    for (source, status) in state.sources.snapshot() {
+        let label = SourceLabel { source };
+        metrics
+            .poller_up
+            .get_or_create(&label)
+            .set(i64::from(status.connected));
+        metrics.poller_last_success.get_or_create(&label).set(
+            status
+                .last_successful_poll
+                .map_or(0, |at| at.timestamp()),
+        );
+        metrics
+            .poller_failures
+            .get_or_create(&label)
+            .set(i64::from(status.consecutive_failures));
+    }
+    metrics.config_revision.clear();
+    metrics
+        .config_revision
+        .get_or_create(&RevisionLabel {
+            revision: live.revision().to_owned(),
+        })
+        .set(1);
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics.encode(),
+    )
+        .into_response())
+}

@@ -1,0 +1,281 @@
+//! Prometheus metrics: one registry per daemon process (`prometheus-client`, typed label sets),
+//! recorded where things happen (the HTTP edge, the intake writers, the dispatcher) and, for
+//! what lives in the database or in other components (pending dispatches, writer queues,
+//! mailbox pollers), read at scrape time.
+//!
+//! Invariant: labels come only from bounded sets (outcomes, source kinds, configured source,
+//! target and workflow names, run statuses); never tenant, entity or delivery ids.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+
+/// `source_kind` and `outcome` of a delivery.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeliveryLabels {
+    pub source_kind: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceKindLabel {
+    pub source_kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    pub target: String,
+    pub result: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetLabel {
+    pub target: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriterLabel {
+    pub writer: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    pub commit: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RevisionLabel {
+    pub revision: String,
+}
+
+/// Every metric the daemon exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub deliveries: Family<DeliveryLabels, Counter>,
+    pub answer_seconds: Family<SourceKindLabel, Histogram>,
+    pub store_unavailable: Family<SourceKindLabel, Counter>,
+    pub batch_size: Histogram,
+    pub commit_seconds: Histogram,
+    pub runs_created: Counter,
+    pub runs_finished: Family<StatusLabel, Counter>,
+    pub dispatch_attempts: Family<AttemptLabels, Counter>,
+    pub dead_letters: Family<TargetLabel, Counter>,
+    // Read at scrape time.
+    pub writer_queue_depth: Family<WriterLabel, Gauge>,
+    pub pending_dispatches: Family<TargetLabel, Gauge>,
+    pub oldest_pending_seconds: Family<TargetLabel, Gauge>,
+    pub poller_up: Family<SourceLabel, Gauge>,
+    pub poller_last_success: Family<SourceLabel, Gauge>,
+    pub poller_failures: Family<SourceLabel, Gauge>,
+    pub config_revision: Family<RevisionLabel, Gauge>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms to ~4 s.
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 14))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("switchyard");
+        let deliveries = Family::<DeliveryLabels, Counter>::default();
+        registry.register(
+            "deliveries",
+            "Deliveries answered, by source kind and outcome",
+            deliveries.clone(),
+        );
+        let answer_seconds =
+            Family::<SourceKindLabel, Histogram>::new_with_constructor(latency_histogram);
+        registry.register_with_unit(
+            "receive_to_answer",
+            "Time from receiving a delivery to answering it, by source kind",
+            Unit::Seconds,
+            answer_seconds.clone(),
+        );
+        let store_unavailable = Family::<SourceKindLabel, Counter>::default();
+        registry.register(
+            "store_unavailable",
+            "Deliveries answered 503 because the store did not commit them",
+            store_unavailable.clone(),
+        );
+        let batch_size = Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 9),
+        );
+        registry.register(
+            "intake_batch_size",
+            "Deliveries decided per intake transaction",
+            batch_size.clone(),
+        );
+        let commit_seconds = latency_histogram();
+        registry.register_with_unit(
+            "intake_commit",
+            "Time an intake batch took to look up, decide, write and commit",
+            Unit::Seconds,
+            commit_seconds.clone(),
+        );
+        let runs_created = Counter::default();
+        registry.register("runs_created", "Runs created by routing", runs_created.clone());
+        let runs_finished = Family::<StatusLabel, Counter>::default();
+        registry.register(
+            "runs_finished",
+            "Runs that reached a final status, by status",
+            runs_finished.clone(),
+        );
+        let dispatch_attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register(
+            "dispatch_attempts",
+            "Delivery attempts to push targets, by target and result",
+            dispatch_attempts.clone(),
+        );
+        let dead_letters = Family::<TargetLabel, Counter>::default();
+        registry.register(
+            "dead_letters",
+            "Runs dead-lettered, by target",
+            dead_letters.clone(),
+        );
+        let writer_queue_depth = Family::<WriterLabel, Gauge>::default();
+        registry.register(
+            "intake_writer_queue_depth",
+            "Deliveries waiting for an intake writer",
+            writer_queue_depth.clone(),
+        );
+        let pending_dispatches = Family::<TargetLabel, Gauge>::default();
+        registry.register(
+            "pending_dispatches",
+            "Runs waiting for delivery, by target",
+            pending_dispatches.clone(),
+        );
+        let oldest_pending_seconds = Family::<TargetLabel, Gauge>::default();
+        registry.register_with_unit(
+            "oldest_pending_dispatch_age",
+            "Age of the oldest run waiting for delivery, by target",
+            Unit::Seconds,
+            oldest_pending_seconds.clone(),
+        );
+        let poller_up = Family::<SourceLabel, Gauge>::default();
+        registry.register(
+            "mailbox_poller_up",
+            "1 while a mailbox poller is connected",
+            poller_up.clone(),
+        );
+        let poller_last_success = Family::<SourceLabel, Gauge>::default();
+        registry.register(
+            "mailbox_poller_last_success_timestamp_seconds",
+            "Unix time of a mailbox poller's last successful poll",
+            poller_last_success.clone(),
+        );
+        let poller_failures = Family::<SourceLabel, Gauge>::default();
+        registry.register(
+            "mailbox_poller_consecutive_failures",
+            "Polls that failed in a row",
+            poller_failures.clone(),
+        );
+        let config_revision = Family::<RevisionLabel, Gauge>::default();
+        registry.register(
+            "config_revision",
+            "1 for the config revision in force",
+            config_revision.clone(),
+        );
+        registry.register(
+            "build",
+            "The daemon's version and commit",
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: env!("SWITCHYARD_COMMIT"),
+            }),
+        );
+        Self {
+            registry,
+            deliveries,
+            answer_seconds,
+            store_unavailable,
+            batch_size,
+            commit_seconds,
+            runs_created,
+            runs_finished,
+            dispatch_attempts,
+            dead_letters,
+            writer_queue_depth,
+            pending_dispatches,
+            oldest_pending_seconds,
+            poller_up,
+            poller_last_success,
+            poller_failures,
+            config_revision,
+        }
+    }
+
+    /// The registry in the text exposition format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::error!(%error, "cannot encode the metrics");
+        }
+        text
+    }
+
+    /// One delivery of `source_kind` answered with `outcome` (`None`: the store did not
+    /// commit it, answered 503) after `took`.
+    pub fn delivery(
+        &self,
+        source_kind: &'static str,
+        outcome: Option<switchyard_core::Outcome>,
+        took: Duration,
+    ) {
+        let kind = SourceKindLabel { source_kind };
+        match outcome {
+            Some(outcome) => {
+                self.deliveries
+                    .get_or_create(&DeliveryLabels {
+                        source_kind,
+                        outcome: outcome.as_str(),
+                    })
+                    .inc();
+            }
+            None => {
+                self.store_unavailable.get_or_create(&kind).inc();
+            }
+        }
+        self.answer_seconds
+            .get_or_create(&kind)
+            .observe(took.as_secs_f64());
+    }
+
+    /// One intake batch committed.
+    pub fn batch(&self, size: usize, took: Duration) {
+        self.batch_size.observe(size as f64);
+        self.commit_seconds.observe(took.as_secs_f64());
+    }
+
+    /// One run reached `status`.
+    pub fn run_finished(&self, status: &'static str) {
+        self.runs_finished
+            .get_or_create(&StatusLabel { status })
+            .inc();
+    }
+}
+
+/// The daemon's metrics. One registry per process: a process runs one daemon.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}
