@@ -4,10 +4,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::Daemon;
 use crate::config::{LoadedConfig, Settings, process_env};
+use crate::notify;
 use crate::store;
 
 fn load_settings(path: &Path) -> anyhow::Result<Settings> {
@@ -19,38 +20,79 @@ fn load_settings(path: &Path) -> anyhow::Result<Settings> {
 pub async fn serve(config_path: PathBuf, migrate: bool) -> anyhow::Result<()> {
     let settings = load_settings(&config_path)?;
     let listen = settings.loaded.config.server.listen;
+    notify::status("Starting: opening and migrating the database, starting sources");
     let daemon = Daemon::start(settings, migrate).await?;
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    tokio::spawn(reload_on_sighup(daemon.clone(), config_path));
-    daemon.serve(listener, shutdown_signal()).await
+    let addr = listener.local_addr().context("listener has no address")?;
+    // Both handlers exist before READY=1: a `systemctl reload` or `stop` right after start
+    // must not meet the default action (SIGHUP would kill the process).
+    let hangups = signal(SignalKind::hangup());
+    let terminate = signal(SignalKind::terminate());
+    tokio::spawn(reload_on_sighup(
+        daemon.clone(),
+        config_path,
+        hangups,
+        addr.to_string(),
+    ));
+    // The listener is bound, so connections arriving from now on queue until `serve` accepts.
+    notify::ready(&serving_status(&daemon, &addr.to_string(), ""));
+    daemon.serve(listener, shutdown_signal(terminate)).await
 }
 
-async fn reload_on_sighup(daemon: Daemon, config_path: PathBuf) {
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+/// The line `systemctl status` shows while serving.
+fn serving_status(daemon: &Daemon, addr: &str, note: &str) -> String {
+    format!(
+        "Serving on {addr}, config revision {}{note}",
+        daemon.state().live.current().revision()
+    )
+}
+
+async fn reload_on_sighup(
+    daemon: Daemon,
+    config_path: PathBuf,
+    hangups: std::io::Result<Signal>,
+    addr: String,
+) {
+    let Ok(mut hangups) = hangups else {
         tracing::error!("cannot listen for SIGHUP: config reload is off");
         return;
     };
     while hangups.recv().await.is_some() {
         tracing::info!(path = %config_path.display(), "SIGHUP: reloading the config");
+        notify::reloading(&format!(
+            "Reloading the config from {}",
+            config_path.display()
+        ));
         let result = match load_settings(&config_path) {
             Ok(settings) => daemon.reload(settings).await,
             Err(error) => Err(error),
         };
-        if let Err(error) = result {
-            tracing::error!(
-                error = format!("{error:#}"),
-                revision = daemon.state().live.current().revision(),
-                "the new config was refused; the old revision stays in force"
-            );
+        // READY=1 either way: a refused config leaves the old revision serving.
+        match result {
+            Ok(()) => notify::ready(&serving_status(&daemon, &addr, " (reloaded)")),
+            Err(error) => {
+                tracing::error!(
+                    error = format!("{error:#}"),
+                    revision = daemon.state().live.current().revision(),
+                    "the new config was refused; the old revision stays in force"
+                );
+                notify::ready(&serving_status(
+                    &daemon,
+                    &addr,
+                    &format!(
+                        "; the config reload was REFUSED, the old revision stays in force: {error:#}"
+                    ),
+                ));
+            }
         }
     }
 }
 
-async fn shutdown_signal() {
+async fn shutdown_signal(terminate: std::io::Result<Signal>) {
     let terminate = async {
-        match signal(SignalKind::terminate()) {
+        match terminate {
             Ok(mut term) => {
                 term.recv().await;
             }
@@ -62,6 +104,7 @@ async fn shutdown_signal() {
         _ = terminate => {},
     }
     tracing::info!("shutting down: finishing in-flight requests");
+    notify::stopping("Stopping: draining in-flight requests and deliveries");
 }
 
 /// Applies pending migrations and exits.
