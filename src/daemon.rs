@@ -13,6 +13,7 @@ use crate::http::{self, AppState};
 use crate::intake::Intake;
 use crate::live::{Live, LiveConfig};
 use crate::mailbox::Pollers;
+use crate::retention::{self, Retention};
 use crate::sources::SourceStatuses;
 use crate::store;
 
@@ -22,6 +23,7 @@ pub struct Daemon {
     state: AppState,
     pollers: Pollers,
     dispatcher: Arc<Dispatcher>,
+    retention: Arc<Retention>,
 }
 
 impl Daemon {
@@ -38,6 +40,8 @@ impl Daemon {
                 .await
                 .context("cannot migrate the database")?;
         }
+        // Before the intake writer and its checkpointer open their own connections.
+        retention::prepare_sqlite(&db).await?;
         let live = Live::new(settings);
         store::workflows::sync(
             &db,
@@ -64,6 +68,7 @@ impl Daemon {
             wake.clone(),
             targets.clone(),
         ));
+        let retention = Arc::new(Retention::start(db.clone(), live.clone()));
         let pollers = Pollers::new(db.clone(), intake.clone(), sources.clone(), replica_id);
         pollers.apply(&live.current().settings.sources).await;
         let state = AppState {
@@ -78,6 +83,7 @@ impl Daemon {
             state,
             pollers,
             dispatcher,
+            retention,
         })
     }
 
@@ -146,6 +152,7 @@ impl Daemon {
         self.pollers.shutdown().await;
         // Deliveries in flight finish and are recorded, or stay claimed and are sent again.
         self.dispatcher.shutdown().await;
+        self.retention.shutdown().await;
         tracing::info!("stopped");
         Ok(())
     }

@@ -5,7 +5,7 @@ use std::path::Path;
 use switchyard_core::{Channel, WorkflowStatus};
 use switchyard_router::TriggerIndex;
 
-use crate::config::{LoadedConfig, SourceConfig, TargetConfig, process_env};
+use crate::config::{LoadedConfig, SourceConfig, TargetConfig, format_window, process_env};
 
 /// What `check` found; errors make the file unusable, warnings do not.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -100,6 +100,21 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
                 .push(format!("{error}: `serve` would refuse to start"));
         }
     }
+    let ledger = config.retention.ledger;
+    for source in &config.sources {
+        if let Some((window, sender)) = retry_window(source)
+            && ledger < window
+        {
+            report.warnings.push(format!(
+                "retention.ledger ({}) is shorter than the retry window of {} source `{}` \
+                 ({sender}): deduplication of redeliveries lasts only as long as the ledger row, \
+                 so a late redelivery would be routed again",
+                format_window(ledger),
+                source.kind(),
+                source.name(),
+            ));
+        }
+    }
     for target in &config.targets {
         if let TargetConfig::Http(http) = target
             && http.insecure_skip_signature
@@ -123,6 +138,22 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
         ));
     }
     report
+}
+
+/// How long the sender behind a source keeps redelivering a delivery it saw fail, and what to
+/// tell the admin. The mailbox cursor makes redelivery of mail rare, so email has none.
+fn retry_window(source: &SourceConfig) -> Option<(std::time::Duration, &'static str)> {
+    match source {
+        SourceConfig::Slack(_) => Some((
+            std::time::Duration::from_secs(5 * 60),
+            "Slack retries for about 5 minutes",
+        )),
+        SourceConfig::Webhook(_) => Some((
+            std::time::Duration::from_secs(24 * 60 * 60),
+            "Zendesk retries for hours; 24h assumed",
+        )),
+        SourceConfig::Email(_) => None,
+    }
 }
 
 /// Why no configured source can produce this trigger for the tenant, if none can.

@@ -1,6 +1,7 @@
 //! The admin's config file (`switchyard.toml`): its shape, validation, and the resolution of
 //! secrets named by environment variable into the [`Settings`] the daemon runs on.
 
+mod retention;
 mod sources;
 mod targets;
 mod workflows;
@@ -13,6 +14,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use switchyard_core::Workflow;
 
+pub use retention::{RetentionConfig, format_window};
 pub use sources::{ResolvedSource, SourceConfig};
 pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
@@ -39,6 +41,9 @@ pub struct Config {
     /// Workflows and the triggers that select them.
     #[serde(default, rename = "workflow")]
     pub workflows: Vec<WorkflowConfig>,
+    /// How long the ledger, raw deliveries and finished runs are kept.
+    #[serde(default)]
+    pub retention: RetentionConfig,
 }
 
 /// `[server]`.
@@ -358,6 +363,7 @@ impl Config {
                     .into(),
             );
         }
+        problems.extend(self.retention.problems());
         if self.database.writers == Some(0) {
             problems.push("database.writers must be at least 1".into());
         }

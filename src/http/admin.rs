@@ -8,6 +8,7 @@ use axum::http::header;
 use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchyard_core::Outcome;
@@ -175,14 +176,33 @@ async fn list_intake(
 
 async fn raw(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = id.strip_prefix("raw:").unwrap_or(&id);
-    let raw = ledger::raw(&state.db, id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no raw delivery with id `{id}`")))?;
+    let Some(raw) = ledger::raw(&state.db, id).await? else {
+        return Err(missing_raw(&state, id).await?);
+    };
     Response::builder()
         .header(header::CONTENT_TYPE, raw.content_type)
         .header("x-switchyard-source", raw.source)
         .body(Body::from(raw.body))
         .map_err(|e| ApiError::BadRequest(e.to_string()))
+}
+
+/// 410 when retention pruned the bytes but the ledger row naming them (its id is the raw
+/// id) is kept; else 404.
+async fn missing_raw(state: &AppState, id: &str) -> Result<ApiError, ApiError> {
+    let named = intake::Entity::find_by_id(id)
+        .filter(intake::Column::RawRef.eq(format!("raw:{id}")))
+        .select_only()
+        .column(intake::Column::Id)
+        .into_tuple::<String>()
+        .one(&state.db)
+        .await?;
+    Ok(match named {
+        Some(_) => ApiError::expired(format!(
+            "the raw bytes of `raw:{id}` were deleted by retention (retention.raw); its ledger \
+             row is kept"
+        )),
+        None => ApiError::NotFound(format!("no raw delivery with id `{id}`")),
+    })
 }
 
 #[derive(Debug, Deserialize)]

@@ -33,6 +33,17 @@ pub enum ApiError {
     Database(#[from] sea_orm::DbErr),
 }
 
+impl ApiError {
+    /// 410 `expired`: it existed, but retention has deleted it.
+    pub fn expired(detail: String) -> Self {
+        ApiError::Refused {
+            status: StatusCode::GONE,
+            error: "expired",
+            detail,
+        }
+    }
+}
+
 /// Seconds a sender should wait before retrying after a 503.
 pub const RETRY_AFTER_SECS: &str = "1";
 
