@@ -14,7 +14,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 /// `source_kind` and `outcome` of a delivery.
@@ -91,7 +90,9 @@ pub struct Metrics {
 
 fn latency_histogram() -> Histogram {
     // 0.5 ms to ~4 s.
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 14))
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.0005, 2.0, 14,
+    ))
 }
 
 impl Metrics {
@@ -133,7 +134,11 @@ impl Metrics {
             commit_seconds.clone(),
         );
         let runs_created = Counter::default();
-        registry.register("runs_created", "Runs created by routing", runs_created.clone());
+        registry.register(
+            "runs_created",
+            "Runs created by routing",
+            runs_created.clone(),
+        );
         let runs_finished = Family::<StatusLabel, Counter>::default();
         registry.register(
             "runs_finished",
@@ -195,14 +200,16 @@ impl Metrics {
             "1 for the config revision in force",
             config_revision.clone(),
         );
-        registry.register(
-            "build",
-            "The daemon's version and commit",
-            Info::new(BuildLabels {
+        // A gauge that is always 1, not an OpenMetrics `info`: the classic text format (and
+        // promtool) has no info type.
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION"),
                 commit: env!("SWITCHYARD_COMMIT"),
-            }),
-        );
+            })
+            .set(1);
+        registry.register("build_info", "The daemon's version and commit", build);
         Self {
             registry,
             deliveries,
@@ -224,13 +231,19 @@ impl Metrics {
         }
     }
 
-    /// The registry in the text exposition format.
+    /// The registry in the OpenMetrics text format.
     pub fn encode(&self) -> String {
         let mut text = String::new();
         if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
             tracing::error!(%error, "cannot encode the metrics");
         }
         text
+    }
+
+    /// The registry in the classic Prometheus text format (0.0.4), for scrapers and tools
+    /// (`promtool check metrics`) that do not ask for OpenMetrics.
+    pub fn encode_classic(&self) -> String {
+        to_classic(&self.encode())
     }
 
     /// One delivery of `source_kind` answered with `outcome` (`None`: the store did not
@@ -278,4 +291,55 @@ impl Metrics {
 pub fn metrics() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(Metrics::new)
+}
+
+/// OpenMetrics text as the classic Prometheus text format: a counter's family is named with
+/// its `_total` suffix, and the `# UNIT` and `# EOF` lines go.
+fn to_classic(openmetrics: &str) -> String {
+    let lines: Vec<&str> = openmetrics.lines().collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for (index, line) in lines.iter().enumerate() {
+        if *line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let family_line = line
+            .strip_prefix("# HELP ")
+            .or_else(|| line.strip_prefix("# TYPE "));
+        if let Some(rest) = family_line {
+            let name = rest.split(' ').next().unwrap_or_default();
+            let counter = lines[index..]
+                .iter()
+                .take(3)
+                .any(|l| *l == format!("# TYPE {name} counter"));
+            if counter && !name.ends_with("_total") {
+                let (kind, tail) = line.split_at(7);
+                out.push_str(kind);
+                out.push_str(&tail.replacen(name, &format!("{name}_total"), 1));
+                out.push('\n');
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_classic;
+
+    #[test]
+    fn counters_are_named_with_total_and_openmetrics_lines_go() {
+        let openmetrics = "# HELP a_deliveries Deliveries.\n# TYPE a_deliveries counter\n\
+                           a_deliveries_total{k=\"v\"} 1\n# HELP a_latency_seconds Time.\n\
+                           # TYPE a_latency_seconds histogram\n# UNIT a_latency_seconds seconds\n\
+                           a_latency_seconds_count 2\n# EOF\n";
+        assert_eq!(
+            to_classic(openmetrics),
+            "# HELP a_deliveries_total Deliveries.\n# TYPE a_deliveries_total counter\n\
+             a_deliveries_total{k=\"v\"} 1\n# HELP a_latency_seconds Time.\n\
+             # TYPE a_latency_seconds histogram\na_latency_seconds_count 2\n"
+        );
+    }
 }

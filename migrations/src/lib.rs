@@ -6,6 +6,7 @@ use sea_orm_migration::prelude::*;
 mod m0001_initial;
 mod m0002_dispatch;
 mod m0003_binary_keys;
+mod m0004_lease_expiry_index;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0001_initial::Migration),
             Box::new(m0002_dispatch::Migration),
             Box::new(m0003_binary_keys::Migration),
+            Box::new(m0004_lease_expiry_index::Migration),
         ]
     }
 }

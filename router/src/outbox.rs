@@ -10,8 +10,8 @@
 
 use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
+    QueryFilter, QueryOrder, QuerySelect, Statement,
 };
 use uuid::Uuid;
 
@@ -683,37 +683,131 @@ async fn unclaim<C: ConnectionTrait>(
     Ok(())
 }
 
-/// Keeps the entity leases of runs still waiting for delivery alive (extended to a full TTL
-/// once less than half is left; a run a pull worker has claimed is kept alive by that worker's
-/// heartbeats instead), and puts lapsed pull claims back to pending. Returns
-/// `(leases extended, claims lapsed)`.
-pub async fn keep_alive(db: &DatabaseConnection, now: Millis) -> Result<(u64, u64), DbErr> {
-    let backend = db.get_database_backend();
-    let txn = begin_write(db).await?;
-    // The holder's own TTL from its run row; only leases still held by a waiting run.
-    let sql = "UPDATE entity_locks SET \
-         expires_at = ? + (SELECT r.lock_ttl_ms FROM runs r WHERE r.id = entity_locks.run_id), \
-         updated_at = ? \
-         WHERE run_id IN (SELECT d.run_id FROM dispatches d \
-             WHERE d.status = 'pending' AND d.claim_token IS NULL) \
-         AND expires_at < ? + (SELECT r.lock_ttl_ms FROM runs r WHERE r.id = entity_locks.run_id) / 2";
-    let sql = match backend {
-        DbBackend::Postgres => numbered(sql),
-        _ => sql.to_owned(),
+/// How far ahead the keep-alive looks for leases about to run out, and how far back for ones
+/// that just did (a sweep every half second finds each in time).
+pub const KEEP_ALIVE_WINDOW_MS: i64 = 5_000;
+/// Most leases one keep-alive pass looks at; a full pass loops.
+const KEEP_ALIVE_BATCH: u64 = 1_000;
+
+/// Keeps the entity leases of runs still waiting for delivery alive, and puts lapsed pull
+/// claims back to pending. Returns `(leases extended, claims lapsed)`.
+///
+/// A lease is extended to a full TTL when it runs out within [`KEEP_ALIVE_WINDOW_MS`] (or ran
+/// out no longer ago than that) and its run's dispatch is pending and unclaimed (a run a pull
+/// worker holds is kept alive by that worker's heartbeats instead). Each pass costs what is
+/// about to expire, never the whole backlog: leases are found by `entity_locks (expires_at)`,
+/// lapsed claims by the claim-token index. With `everything`, every lease that ran out at any
+/// time is looked at too, a pass that costs the backlog: the dispatcher runs it once at start,
+/// after a downtime in which waiting runs' leases ran out.
+pub async fn keep_alive(
+    db: &DatabaseConnection,
+    now: Millis,
+    everything: bool,
+) -> Result<(u64, u64), DbErr> {
+    let from = if everything {
+        i64::MIN
+    } else {
+        now - KEEP_ALIVE_WINDOW_MS
     };
-    let extended = txn
-        .execute_raw(Statement::from_sql_and_values(
-            backend,
-            sql,
-            [now.into(), now.into(), now.into()],
-        ))
-        .await?
-        .rows_affected();
-    let lapsed = dispatch::Entity::find()
+    let mut extended = 0;
+    let mut after = from;
+    loop {
+        let expiring = entity_lock::Entity::find()
+            .filter(entity_lock::Column::RunId.is_not_null())
+            .filter(entity_lock::Column::ExpiresAt.gte(after))
+            .filter(entity_lock::Column::ExpiresAt.lt(now + KEEP_ALIVE_WINDOW_MS))
+            .order_by_asc(entity_lock::Column::ExpiresAt)
+            .limit(KEEP_ALIVE_BATCH)
+            .all(db)
+            .await?;
+        let full = expiring.len() as u64 == KEEP_ALIVE_BATCH;
+        extended += extend_waiting(db, &expiring, now).await?;
+        match expiring.last() {
+            Some(last) if full && last.expires_at > after => after = last.expires_at,
+            _ => break,
+        }
+    }
+    let lapsed = reset_lapsed_claims(db, now).await?;
+    Ok((extended, lapsed))
+}
+
+/// Extends those of `leases` whose run still waits for delivery.
+async fn extend_waiting(
+    db: &DatabaseConnection,
+    leases: &[entity_lock::Model],
+    now: Millis,
+) -> Result<u64, DbErr> {
+    let holders: Vec<String> = leases.iter().filter_map(|l| l.run_id.clone()).collect();
+    if holders.is_empty() {
+        return Ok(0);
+    }
+    let waiting: std::collections::HashSet<String> = dispatch::Entity::find()
+        .filter(dispatch::Column::RunId.is_in(holders.iter().cloned()))
         .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
-        .filter(dispatch::Column::ClaimToken.is_not_null())
+        .filter(dispatch::Column::ClaimToken.is_null())
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|d| d.run_id)
+        .collect();
+    if waiting.is_empty() {
+        return Ok(0);
+    }
+    let ttls: std::collections::HashMap<String, i64> = run::Entity::find()
+        .filter(run::Column::Id.is_in(waiting.iter().cloned()))
+        .filter(run::Column::Status.eq(RunStatus::Queued))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|r| (r.id, r.lock_ttl_ms))
+        .collect();
+    if ttls.is_empty() {
+        return Ok(0);
+    }
+    let txn = begin_write(db).await?;
+    let mut extended = 0;
+    for lease in leases {
+        let Some(ttl) = lease.run_id.as_ref().and_then(|id| ttls.get(id)) else {
+            continue;
+        };
+        // Still the same holder with the same token: nobody took it over meanwhile.
+        extended += entity_lock::Entity::update_many()
+            .col_expr(
+                entity_lock::Column::ExpiresAt,
+                now.saturating_add(*ttl).into(),
+            )
+            .col_expr(entity_lock::Column::UpdatedAt, now.into())
+            .filter(entity_lock::Column::TenantId.eq(lease.tenant_id.as_str()))
+            .filter(entity_lock::Column::TargetEntityId.eq(lease.target_entity_id.as_str()))
+            .filter(entity_lock::Column::RunId.eq(lease.run_id.clone()))
+            .filter(entity_lock::Column::FencingToken.eq(lease.fencing_token))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+    }
+    txn.commit().await?;
+    Ok(extended)
+}
+
+/// Puts pull claims whose time ran out back to pending (found by the claim-token index:
+/// `claim_token > ''` is a range on it).
+async fn reset_lapsed_claims(db: &DatabaseConnection, now: Millis) -> Result<u64, DbErr> {
+    let candidates = dispatch::Entity::find()
+        .filter(dispatch::Column::ClaimToken.gt(""))
+        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
         .filter(dispatch::Column::DueAt.lte(now))
         .limit(500)
+        .all(db)
+        .await?;
+    if candidates.is_empty() {
+        return Ok(0);
+    }
+    let txn = begin_write(db).await?;
+    let lapsed = dispatch::Entity::find()
+        .filter(dispatch::Column::Id.is_in(candidates.into_iter().map(|d| d.id)))
+        .filter(dispatch::Column::ClaimToken.is_not_null())
+        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
+        .filter(dispatch::Column::DueAt.lte(now))
         .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
         .all(&txn)
         .await?;
@@ -733,22 +827,7 @@ pub async fn keep_alive(db: &DatabaseConnection, now: Millis) -> Result<(u64, u6
         .await?;
     }
     txn.commit().await?;
-    Ok((extended, lapsed.len() as u64))
-}
-
-/// `?` placeholders as PostgreSQL's `$1, $2, ...`.
-fn numbered(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len() + 8);
-    let mut n = 0;
-    for c in sql.chars() {
-        if c == '?' {
-            n += 1;
-            out.push_str(&format!("${n}"));
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    Ok(lapsed.len() as u64)
 }
 
 /// What a redispatch did.

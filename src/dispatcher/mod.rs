@@ -144,7 +144,7 @@ async fn run(
     let (records, queue) = mpsc::channel(IN_FLIGHT * 2);
     let recorder = tokio::spawn(record_all(db.clone(), queue, healths));
     let mut transports = Transports::default();
-    let mut last_keep_alive = tokio::time::Instant::now() - KEEP_ALIVE;
+    let keeper = tokio::spawn(keep_alive(db.clone(), stopped.clone()));
     loop {
         if *stopped.borrow() {
             break;
@@ -192,16 +192,6 @@ async fn run(
                 }
             }
         }
-        if last_keep_alive.elapsed() >= KEEP_ALIVE {
-            last_keep_alive = tokio::time::Instant::now();
-            match outbox::keep_alive(&db, now_millis()).await {
-                Ok((extended, lapsed)) if extended + lapsed > 0 => {
-                    tracing::debug!(extended, lapsed, "kept leases of waiting runs alive");
-                }
-                Ok(_) => {}
-                Err(error) => tracing::warn!(%error, "cannot keep leases of waiting runs alive"),
-            }
-        }
         if more {
             tokio::task::yield_now().await;
             continue;
@@ -221,6 +211,29 @@ async fn run(
     }
     drop(records);
     let _ = recorder.await;
+    let _ = keeper.await;
+}
+
+/// Keeps leases of runs waiting for delivery alive and resets lapsed pull claims, on its own
+/// task so deliveries never wait for it. The first pass looks at every lease (after a downtime
+/// the waiting runs' leases may have run out); later ones only at those about to run out.
+async fn keep_alive(db: DatabaseConnection, mut stopped: watch::Receiver<bool>) {
+    let mut everything = true;
+    while !*stopped.borrow() {
+        match outbox::keep_alive(&db, now_millis(), everything).await {
+            Ok((extended, lapsed)) => {
+                everything = false;
+                if extended + lapsed > 0 {
+                    tracing::debug!(extended, lapsed, "kept leases of waiting runs alive");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot keep leases of waiting runs alive"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(KEEP_ALIVE) => {}
+            _ = stopped.changed() => {}
+        }
+    }
 }
 
 /// Claims due dispatches of one push target and builds their messages.

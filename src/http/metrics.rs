@@ -1,12 +1,13 @@
-//! `GET /metrics`: the Prometheus text exposition, behind the API token. Values that live in
+//! `GET /metrics`: the Prometheus text exposition (OpenMetrics when the scraper asks for it,
+//! else the classic format), behind the API token. Values that live in
 //! the database or other components (pending dispatches and their age, writer queues, mailbox
 //! pollers, the config revision) are read at scrape time.
 
+use axum::Router;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
 use switchyard_router::{now_millis, outbox};
 
 use super::{ApiError, AppState};
@@ -16,7 +17,10 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(scrape))
 }
 
-async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
+async fn scrape(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ApiError> {
     let metrics = metrics();
     let now = now_millis();
     let live = state.live.current();
@@ -49,11 +53,10 @@ async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
             .poller_up
             .get_or_create(&label)
             .set(i64::from(status.connected));
-        metrics.poller_last_success.get_or_create(&label).set(
-            status
-                .last_successful_poll
-                .map_or(0, |at| at.timestamp()),
-        );
+        metrics
+            .poller_last_success
+            .get_or_create(&label)
+            .set(status.last_successful_poll.map_or(0, |at| at.timestamp()));
         metrics
             .poller_failures
             .get_or_create(&label)
@@ -66,12 +69,27 @@ async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
             revision: live.revision().to_owned(),
         })
         .set(1);
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        metrics.encode(),
-    )
-        .into_response())
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    Ok(if openmetrics {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            metrics.encode(),
+        )
+            .into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            metrics.encode_classic(),
+        )
+            .into_response()
+    })
 }

@@ -46,12 +46,16 @@ struct Shot {
 fn shot(trial: u64, worker: usize, n: usize) -> Shot {
     // Every fifth delivery repeats the worker's previous id; every tenth is on the hot entity.
     let id = if n % 5 == 4 { n - 1 } else { n };
-    let entity = if n % 10 == 0 {
+    let entity = if n.is_multiple_of(10) {
         "HOT".to_owned()
     } else {
         format!("E{trial}-{worker}-{id}")
     };
-    let source = if worker % 2 == 0 { "zendesk" } else { "api" };
+    let source = if worker.is_multiple_of(2) {
+        "zendesk"
+    } else {
+        "api"
+    };
     Shot {
         source,
         delivery_id: format!("d{trial}-{worker}-{id}"),

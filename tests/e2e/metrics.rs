@@ -1,0 +1,154 @@
+//! `GET /metrics` after a known sequence of deliveries: exact counter values, and an exposition
+//! that `promtool check metrics` accepts.
+
+use std::collections::HashMap;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use super::harness::{Backend, Daemon, TOKEN, TestDb, config, event, in_ci, run_id, skipped};
+use super::spine::WORKED_EXAMPLE;
+
+const SOURCE: &str = r#"
+[[source]]
+kind = "webhook"
+name = "zendesk"
+tenant = "acme"
+signing_secret_env = "METRICS_SECRET"
+"#;
+
+/// Sample lines (`name{labels} value`) by their name and labels.
+fn samples(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter_map(|line| {
+            let (key, value) = line.rsplit_once(' ')?;
+            Some((key.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn metrics_count_exactly_what_happened_and_pass_promtool() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let text = config(&db, &format!("{SOURCE}{WORKED_EXAMPLE}"));
+    let daemon = Daemon::start(&db, &text, &[("METRICS_SECRET", "s")]).await;
+    let ticket = event("webhook", "ticket.created", "acme", "TCK-M");
+    let (_, routed) = daemon.post_event("m1", &ticket).await;
+    assert_eq!(routed["outcome"], "routed");
+    assert_eq!(
+        daemon.post_event("m1", &ticket).await.1["outcome"],
+        "duplicate"
+    );
+    assert_eq!(
+        daemon.post_event("m2", &ticket).await.1["outcome"],
+        "entity_locked"
+    );
+    let (status, _) = daemon
+        .post_event("m3", &json!({"channel": "webhook"}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let forged = daemon
+        .client()
+        .post(daemon.url("/v1/ingest/webhook/zendesk"))
+        .header("x-zendesk-webhook-signature", "forged")
+        .header(
+            "x-zendesk-webhook-signature-timestamp",
+            "2025-01-08T10:12:07Z",
+        )
+        .body("{}")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(forged.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        daemon.finish(&run_id(&routed), "completed").await.0,
+        StatusCode::OK
+    );
+
+    // The scrape needs the token.
+    let refused = daemon
+        .client()
+        .get(daemon.url("/metrics"))
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let scrape = daemon
+        .client()
+        .get(daemon.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(scrape.status(), StatusCode::OK);
+    let exposition = scrape.text().await.expect("text");
+    let values = samples(&exposition);
+    let expect = [
+        (
+            r#"switchyard_deliveries_total{source_kind="api",outcome="routed"}"#,
+            1.0,
+        ),
+        (
+            r#"switchyard_deliveries_total{source_kind="api",outcome="duplicate"}"#,
+            1.0,
+        ),
+        (
+            r#"switchyard_deliveries_total{source_kind="api",outcome="entity_locked"}"#,
+            1.0,
+        ),
+        (
+            r#"switchyard_deliveries_total{source_kind="api",outcome="invalid_event"}"#,
+            1.0,
+        ),
+        (
+            r#"switchyard_deliveries_total{source_kind="webhook",outcome="unauthorized_source"}"#,
+            1.0,
+        ),
+        (
+            r#"switchyard_receive_to_answer_seconds_count{source_kind="api"}"#,
+            4.0,
+        ),
+        ("switchyard_runs_created_total", 1.0),
+        (r#"switchyard_runs_finished_total{status="completed"}"#, 1.0),
+        (r#"switchyard_pending_dispatches{target="pull"}"#, 0.0),
+        ("switchyard_intake_batch_size_sum", 3.0),
+    ];
+    for (key, value) in expect {
+        assert_eq!(values.get(key), Some(&value), "{key} in:\n{exposition}");
+    }
+    assert!(
+        exposition.contains("switchyard_build_info{version="),
+        "{exposition}"
+    );
+    // No tenant, entity or delivery id ever becomes a label.
+    for id in ["acme", "TCK-M", "m1"] {
+        assert!(
+            !exposition.contains(id),
+            "`{id}` is a label value:\n{exposition}"
+        );
+    }
+
+    // promtool (Debian `prometheus`, installed by .ci/run) accepts the exposition.
+    let path = db.dir.path().join("metrics.txt");
+    std::fs::write(&path, &exposition).expect("write");
+    match std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&path).expect("open"))
+        .output()
+    {
+        Ok(output) => assert!(
+            output.status.success(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+        Err(error) => {
+            assert!(!in_ci(), "CI=true but promtool is missing: {error}");
+            skipped(&format!("SKIPPED promtool check: {error}"));
+        }
+    }
+    daemon.stop();
+}
