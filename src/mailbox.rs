@@ -106,7 +106,11 @@ impl MailboxSink for Sink {
         });
         let started = std::time::Instant::now();
         let answered = self.intake.submit(delivery).await;
-        crate::metrics::metrics().delivery("email", answered.as_ref().ok().map(|a| a.outcome), started.elapsed());
+        crate::metrics::metrics().delivery(
+            "email",
+            answered.as_ref().ok().map(|a| a.outcome),
+            started.elapsed(),
+        );
         answered.map(|_| ()).map_err(sink_error)
     }
 

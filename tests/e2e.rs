@@ -12,6 +12,7 @@ mod e2e {
     mod hardening;
     mod hostile;
     mod leases;
+    mod metrics;
     mod outage;
     mod pull;
     mod reload;

@@ -47,9 +47,11 @@ pub struct AppState {
 pub fn router(state: AppState, server: &ServerConfig) -> Router {
     let body_limit = server.body_limit;
     let admin = Router::new()
-        .merge(events::router().route_layer(axum::middleware::from_fn(
-            |request, next| intake_answer::measured("api", request, next),
-        )))
+        .merge(
+            events::router().route_layer(axum::middleware::from_fn(|request, next| {
+                intake_answer::measured("api", request, next)
+            })),
+        )
         .merge(metrics::router())
         .merge(runs::router())
         .merge(claims::router())
@@ -60,12 +62,16 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
         ));
     let budget = UnverifiedBudget::new(server.unverified_body_budget, body_limit);
     let ingest = Router::new()
-        .merge(ingest_webhook::router().route_layer(axum::middleware::from_fn(
-            |request, next| intake_answer::measured("webhook", request, next),
-        )))
-        .merge(ingest_slack::router().route_layer(axum::middleware::from_fn(
-            |request, next| intake_answer::measured("slack", request, next),
-        )))
+        .merge(
+            ingest_webhook::router().route_layer(axum::middleware::from_fn(|request, next| {
+                intake_answer::measured("webhook", request, next)
+            })),
+        )
+        .merge(
+            ingest_slack::router().route_layer(axum::middleware::from_fn(|request, next| {
+                intake_answer::measured("slack", request, next)
+            })),
+        )
         .route_layer(axum::middleware::from_fn(move |request, next| {
             budget.clone().admit(request, next)
         }));

@@ -252,7 +252,10 @@ fn answer_all(batch: Vec<Pending>, answers: Vec<Answer>, signals: &Signals) {
         .filter(|a| a.outcome == Outcome::Routed)
         .inspect(|a| {
             // A run routed over an expired lease ended that lease's run.
-            if a.detail.as_deref().is_some_and(|d| d.starts_with("took over")) {
+            if a.detail
+                .as_deref()
+                .is_some_and(|d| d.starts_with("took over"))
+            {
                 metrics.run_finished("expired");
             }
         })
