@@ -32,9 +32,16 @@ use crate::live::LiveConfig;
 /// Pause between two batches, so the intake writer gets the write lock in between.
 const BATCH_PAUSE: Duration = Duration::from_millis(20);
 
-/// Pages one `PRAGMA incremental_vacuum` step gives back (4 MiB at SQLite's default page size):
-/// each step is one short write transaction.
-const VACUUM_PAGES: u32 = 1024;
+/// Pages one `PRAGMA incremental_vacuum` step gives back (1 MiB at SQLite's default page size):
+/// each step is one short write transaction. A step moves live pages from the end of the file
+/// into free ones, and every moved page is a WAL frame, so the steps are small and paced: the
+/// WAL is checkpointed and starts over between them instead of growing by the whole shrink
+/// (measured: a 20 MB shrink in 4 MiB steps 20 ms apart left a 9.4 MB WAL behind).
+const VACUUM_PAGES: u32 = 256;
+
+/// Pause between two vacuum steps: about one checkpoint pass of the intake writer's
+/// checkpointer (`sqlite_checkpoint::PAUSE`, 100 ms).
+const VACUUM_PAUSE: Duration = Duration::from_millis(150);
 
 /// Final run statuses; only runs in one of these are ever pruned.
 const FINAL_STATUSES: [&str; 5] = [
@@ -228,7 +235,7 @@ pub async fn pass(
 /// how many runs it selected.
 async fn prune_runs(
     txn: &DatabaseTransaction,
-    status: &str,
+    status: &'static str,
     before: i64,
     batch: usize,
     deleted: &mut Deleted,
@@ -240,19 +247,16 @@ async fn prune_runs(
         DbBackend::Sqlite => "",
         _ => " FOR UPDATE SKIP LOCKED",
     };
+    // `status` is one of FINAL_STATUSES, written into the text so PostgreSQL plans each with
+    // its own statistics (measured: a rare status goes through `runs_status`, the common one
+    // through the primary key; with a bound status the generic plan always took the key).
     let sql = format!(
-        "SELECT id FROM runs WHERE status = {} AND id < {} AND finished_at < {} \
+        "SELECT id FROM runs WHERE status = '{status}' AND id < {} AND finished_at < {} \
          ORDER BY id LIMIT {batch}{lock}",
         param(backend, 1),
-        param(backend, 2),
-        param(backend, 3)
+        param(backend, 2)
     );
-    let ids = select_ids(
-        txn,
-        &sql,
-        vec![status.into(), cutoff_id(before).into(), before.into()],
-    )
-    .await?;
+    let ids = select_ids(txn, &sql, vec![cutoff_id(before).into(), before.into()]).await?;
     if ids.is_empty() {
         return Ok(0);
     }
@@ -325,8 +329,7 @@ async fn select_ids(
         .await?
         .iter()
         .map(|row| row.try_get_by_index::<String>(0))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(DbErr::from)
+        .collect()
 }
 
 /// `DELETE FROM table WHERE column IN (ids)`; returns the rows deleted.
@@ -373,7 +376,7 @@ async fn vacuum_sqlite(
         }
         db.execute_unprepared(&format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"))
             .await?;
-        tokio::time::sleep(BATCH_PAUSE).await;
+        tokio::time::sleep(VACUUM_PAUSE).await;
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ mod e2e {
     mod outage;
     mod pull;
     mod reload;
+    mod retention;
     mod slack;
     mod spine;
     mod sqlite;

@@ -98,7 +98,7 @@ pub fn format_window(window: Duration) -> String {
         return humantime::format_duration(window).to_string();
     }
     for (unit, size) in [("d", DAY), ("h", 3600), ("m", 60)] {
-        if secs % size == 0 {
+        if secs.is_multiple_of(size) {
             return format!("{}{unit}", secs / size);
         }
     }
