@@ -146,6 +146,34 @@ impl Daemon {
             max_connections: crate::server::fit_connection_cap(server.max_connections),
             shutdown_timeout: server.shutdown_timeout,
         };
+        let (stopping, stopped) = tokio::sync::watch::channel(false);
+        let shutdown = async move {
+            shutdown.await;
+            let _ = stopping.send(true);
+        };
+        if let Some(metrics_addr) = server.metrics_listen {
+            let metrics_listener = TcpListener::bind(metrics_addr).await.with_context(|| {
+                format!("cannot listen on {metrics_addr} (server.metrics_listen)")
+            })?;
+            let metrics_addr = metrics_listener
+                .local_addr()
+                .context("metrics listener has no address")?;
+            tracing::info!(addr = %metrics_addr, "metrics listening");
+            let metrics_limits = crate::server::Limits {
+                max_connections: 64,
+                ..limits
+            };
+            let app = http::metrics_only(self.state.clone());
+            let mut stopped = stopped.clone();
+            tokio::spawn(crate::server::serve(
+                metrics_listener,
+                app,
+                metrics_limits,
+                async move {
+                    let _ = stopped.wait_for(|stopped| *stopped).await;
+                },
+            ));
+        }
         tracing::info!(%addr, max_connections = limits.max_connections, "listening");
         crate::server::serve(listener, app, limits, shutdown).await;
         // Pollers log out and release their leases, so another replica takes over at once.

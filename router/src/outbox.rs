@@ -923,9 +923,11 @@ pub async fn redispatch(
 }
 
 /// A run's dispatch, attempts (oldest first) and history (oldest first).
+/// The history starts with the run's creation (`routed`, from the run row itself: intake
+/// writes no history row for it).
 pub async fn trail<C: ConnectionTrait>(
     db: &C,
-    run_id: &str,
+    run: &run::Model,
 ) -> Result<
     (
         Option<dispatch::Model>,
@@ -934,6 +936,7 @@ pub async fn trail<C: ConnectionTrait>(
     ),
     DbErr,
 > {
+    let run_id = run.id.as_str();
     let dispatch = dispatch::Entity::find()
         .filter(dispatch::Column::RunId.eq(run_id))
         .one(db)
@@ -944,12 +947,23 @@ pub async fn trail<C: ConnectionTrait>(
         .limit(1000)
         .all(db)
         .await?;
-    let history = run_history::Entity::find()
-        .filter(run_history::Column::RunId.eq(run_id))
-        .order_by_asc(run_history::Column::Id)
-        .limit(1000)
-        .all(db)
-        .await?;
+    let routed = run_history::Model {
+        id: run.id.clone(),
+        run_id: run.id.clone(),
+        status: RunStatus::Queued,
+        cause: "routed".into(),
+        detail: Some(format!("by intake {}", run.intake_id)),
+        at: run.created_at,
+    };
+    let mut history = vec![routed];
+    history.extend(
+        run_history::Entity::find()
+            .filter(run_history::Column::RunId.eq(run_id))
+            .order_by_asc(run_history::Column::Id)
+            .limit(1000)
+            .all(db)
+            .await?,
+    );
     Ok((dispatch, attempts, history))
 }
 

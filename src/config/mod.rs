@@ -95,6 +95,11 @@ pub struct ServerConfig {
         with = "humantime_serde"
     )]
     pub shutdown_timeout: std::time::Duration,
+    /// A separate address serving only `GET /metrics`, without a token (for a scraper on a
+    /// private network); unset (the default), `/metrics` is on the main listener behind the
+    /// API token.
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ServerConfig {
@@ -136,6 +141,7 @@ impl Default for ServerConfig {
             max_connections: Self::default_max_connections(),
             unverified_body_budget: Self::default_unverified_body_budget(),
             shutdown_timeout: Self::default_shutdown_timeout(),
+            metrics_listen: None,
         }
     }
 }

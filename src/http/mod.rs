@@ -135,6 +135,11 @@ impl UnverifiedBudget {
     }
 }
 
+/// Only `GET /metrics`, without a token: what `server.metrics_listen` serves.
+pub fn metrics_only(state: AppState) -> Router {
+    metrics::router().with_state(state)
+}
+
 /// Answers 413 before reading a byte of a body whose declared `Content-Length` is over the
 /// limit (the body limit alone would read up to the limit first).
 async fn refuse_declared_oversize(

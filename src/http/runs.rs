@@ -105,7 +105,7 @@ async fn get_run(
     let run = lifecycle::get(&txn, &id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))?;
-    let (dispatch, attempts, history) = outbox::trail(&txn, &id).await?;
+    let (dispatch, attempts, history) = outbox::trail(&txn, &run).await?;
     txn.commit().await?;
     let mut view = serde_json::to_value(RunView::from(run)).unwrap_or_default();
     view["dispatch"] = dispatch.map_or(Value::Null, |d| {

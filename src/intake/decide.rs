@@ -86,7 +86,7 @@ pub(super) struct Decided {
     pub locks: LockChanges,
     /// The outbox: one pending dispatch per new run, due now, written with the run.
     pub dispatches: Vec<dispatch::Model>,
-    /// `routed` for each new run, `lease_expired` for each run taken over.
+    /// `lease_expired` for each run taken over (a new run's `routed` is its own row).
     pub history: Vec<run_history::Model>,
 }
 
@@ -209,13 +209,8 @@ fn outbox(
         .new_runs
         .iter()
         .map(|run| {
-            history.push(run_history::Model::entry(
-                &run.id,
-                RunStatus::Queued,
-                "routed",
-                None,
-                now,
-            ));
+            // No `routed` history row: the run row itself records its creation
+            // (`outbox::trail` shows it first), one row less per routed event.
             dispatch::Model {
                 id: uuid::Uuid::now_v7().to_string(),
                 run_id: run.id.clone(),

@@ -152,3 +152,50 @@ async fn metrics_count_exactly_what_happened_and_pass_promtool() {
     }
     daemon.stop();
 }
+
+#[tokio::test]
+async fn metrics_listen_serves_only_metrics_without_a_token() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let text = config(&db, WORKED_EXAMPLE).replace(
+        "api_token_env = \"SWITCHYARD_API_TOKEN\"\n",
+        "api_token_env = \"SWITCHYARD_API_TOKEN\"\nmetrics_listen = \"127.0.0.1:0\"\n",
+    );
+    let daemon = Daemon::start(&db, &text, &[]).await;
+    assert!(
+        daemon
+            .wait_for_log("metrics listening", std::time::Duration::from_secs(10))
+            .await
+    );
+    let addr = daemon
+        .logs()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| line["fields"]["message"] == "metrics listening")
+        .and_then(|line| line["fields"]["addr"].as_str().map(str::to_owned))
+        .expect("the metrics address is logged");
+    let client = reqwest::Client::new();
+    let scrape = client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(scrape.status(), StatusCode::OK);
+    assert!(
+        scrape
+            .text()
+            .await
+            .expect("text")
+            .contains("switchyard_build_info")
+    );
+    // Nothing else is served there.
+    let other = client
+        .get(format!("http://{addr}/v1/runs"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    daemon.stop();
+}

@@ -1,4 +1,6 @@
-//! Every state change of a run, with its cause: the run's own audit trail.
+//! Every state change of a run, with its cause: the run's own audit trail. The first change,
+//! `routed`, is the run row itself (`outbox::trail` shows it): intake writes one row less per
+//! routed event.
 
 use sea_orm::entity::prelude::*;
 use uuid::Uuid;
