@@ -247,6 +247,14 @@ pub async fn record(
                 duration_ms: attempt.duration_ms,
             },
         ));
+    }
+    // Deliveries, the common case, are applied set-wise: the rows still held by their claim
+    // are read (and row-locked) in one query, then changed with one statement per table.
+    let (delivered, others): (Vec<&Recorded>, Vec<&Recorded>) = attempts
+        .iter()
+        .partition(|a| a.verdict == Verdict::Delivered);
+    applied += apply_delivered(&txn, &delivered, now).await?;
+    for attempt in others {
         if apply(&txn, attempt, now).await? {
             applied += 1;
         }
@@ -258,6 +266,72 @@ pub async fn record(
     }
     txn.commit().await?;
     Ok(applied)
+}
+
+/// Applies delivered attempts: the dispatches still held by their claim become `delivered`,
+/// their runs `dispatched`, each with a history entry. Returns how many were applied.
+async fn apply_delivered(
+    txn: &DatabaseTransaction,
+    delivered: &[&Recorded],
+    now: Millis,
+) -> Result<usize, DbErr> {
+    if delivered.is_empty() {
+        return Ok(0);
+    }
+    let current: std::collections::HashMap<String, dispatch::Model> = dispatch::Entity::find()
+        .filter(dispatch::Column::Id.is_in(delivered.iter().map(|a| a.claimed.dispatch.id.clone())))
+        .lock_exclusive()
+        .all(txn)
+        .await?
+        .into_iter()
+        .map(|d| (d.id.clone(), d))
+        .collect();
+    let held: Vec<&Recorded> = delivered
+        .iter()
+        .copied()
+        .filter(|attempt| {
+            let claimed = &attempt.claimed.dispatch;
+            current.get(&claimed.id).is_some_and(|now| {
+                now.status == DispatchStatus::Pending
+                    && now.claimed_by.as_deref() == Some(attempt.owner.as_str())
+                    && now.attempts == claimed.attempts
+                    && now.series == claimed.series
+            })
+        })
+        .collect();
+    if held.is_empty() {
+        return Ok(0);
+    }
+    dispatch::Entity::update_many()
+        .col_expr(
+            dispatch::Column::Status,
+            DispatchStatus::Delivered.as_str().into(),
+        )
+        .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
+        .col_expr(dispatch::Column::DeliveredAt, now.into())
+        .col_expr(dispatch::Column::UpdatedAt, now.into())
+        .filter(dispatch::Column::Id.is_in(held.iter().map(|a| a.claimed.dispatch.id.clone())))
+        .exec(txn)
+        .await?;
+    run::Entity::update_many()
+        .col_expr(run::Column::Status, RunStatus::Dispatched.as_str().into())
+        .col_expr(run::Column::UpdatedAt, now.into())
+        .filter(run::Column::Id.is_in(held.iter().map(|a| a.claimed.run.id.clone())))
+        .filter(run::Column::Status.eq(RunStatus::Queued))
+        .exec(txn)
+        .await?;
+    run_history::Entity::insert_many(held.iter().map(|attempt| {
+        run_history::ActiveModel::from(run_history::Model::entry(
+            &attempt.claimed.run.id,
+            RunStatus::Dispatched,
+            "delivered",
+            Some(attempt_words(attempt)),
+            now,
+        ))
+    }))
+    .exec_without_returning(txn)
+    .await?;
+    Ok(held.len())
 }
 
 /// The dispatch row as this claim left it: still ours to change.
@@ -276,30 +350,7 @@ async fn apply(txn: &DatabaseTransaction, attempt: &Recorded, now: Millis) -> Re
     let what = attempt_words(attempt);
     match &attempt.verdict {
         Verdict::Delivered => {
-            let updated = dispatch::Entity::update_many()
-                .col_expr(
-                    dispatch::Column::Status,
-                    DispatchStatus::Delivered.as_str().into(),
-                )
-                .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
-                .col_expr(dispatch::Column::DeliveredAt, now.into())
-                .col_expr(dispatch::Column::UpdatedAt, now.into())
-                .filter(still_claimed(d, &attempt.owner))
-                .exec(txn)
-                .await?;
-            if updated.rows_affected == 0 {
-                return Ok(false);
-            }
-            set_status(txn, &run.id, RunStatus::Queued, RunStatus::Dispatched, now).await?;
-            history(
-                txn,
-                &run.id,
-                RunStatus::Dispatched,
-                "delivered",
-                Some(what),
-                now,
-            )
-            .await?;
+            return Ok(apply_delivered(txn, &[attempt], now).await? == 1);
         }
         Verdict::Retry { next_due } => {
             let updated = dispatch::Entity::update_many()
