@@ -3,10 +3,14 @@
 //! is the message, byte for byte.
 #![no_main]
 
+use std::sync::LazyLock;
+
 use libfuzzer_sys::fuzz_target;
 use switchyard_email::{EmailSourceConfig, normalize};
 
-fuzz_target!(|data: &[u8]| {
+// Built once, not per input: compiling the `ticket_ref` regex for every input held the fuzzer
+// to 215 exec/s (2,350 with this).
+static SOURCE: LazyLock<EmailSourceConfig> = LazyLock::new(|| {
     let mut source = EmailSourceConfig::new(
         "support-inbox",
         "acme",
@@ -15,7 +19,11 @@ fuzz_target!(|data: &[u8]| {
         "SUPPORT_IMAP_PASSWORD",
     );
     source.ticket_ref = r"\[#(?P<id>\d+)\]".parse().ok();
-    match normalize(data, &source, 7, 42, "raw:fuzz") {
+    source
+});
+
+fuzz_target!(|data: &[u8]| {
+    match normalize(data, &SOURCE, 7, 42, "raw:fuzz") {
         Ok(normalized) => assert!(!normalized.delivery_id.is_empty()),
         Err(e) => {
             let _ = (e.detail(), e.to_string());
