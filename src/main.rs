@@ -159,14 +159,21 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "switchyard stopped");
-            drop(log_writer);
-            eprintln!("error: {error:#}");
-            // A service manager should not restart a daemon whose config is wrong: EX_CONFIG.
-            if error
+            let config_error = error
                 .chain()
-                .any(|cause| cause.is::<switchyard::config::ConfigError>())
-            {
+                .any(|cause| cause.is::<switchyard::config::ConfigError>());
+            // A config error's message already quotes its cause (the TOML excerpt); the chain
+            // would print it twice.
+            let text = if config_error {
+                error.to_string()
+            } else {
+                format!("{error:#}")
+            };
+            tracing::error!(error = text, "switchyard stopped");
+            drop(log_writer);
+            eprintln!("error: {text}");
+            // A service manager should not restart a daemon whose config is wrong: EX_CONFIG.
+            if config_error {
                 ExitCode::from(EX_CONFIG)
             } else {
                 ExitCode::FAILURE
