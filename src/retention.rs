@@ -16,7 +16,6 @@
 //! past `retention.ledger`, until its run is pruned. `entity_locks` are never deleted: their
 //! fencing tokens must keep growing.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -24,8 +23,8 @@ use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement, Value,
 };
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
+use crate::background::Background;
 use crate::config::RetentionConfig;
 use crate::live::LiveConfig;
 
@@ -85,32 +84,18 @@ impl Deleted {
 
 /// The running task.
 #[derive(Debug)]
-pub struct Retention {
-    stop: watch::Sender<bool>,
-    task: Mutex<Option<JoinHandle<()>>>,
-}
+pub struct Retention(Background);
 
 impl Retention {
     /// Starts pruning every `retention.interval` of the revision in force (a reload changes
     /// the windows from the next pass on).
     pub fn start(db: DatabaseConnection, live: LiveConfig) -> Self {
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(run(db, live, stopped));
-        Self {
-            stop,
-            task: Mutex::new(Some(task)),
-        }
+        Self(Background::spawn(|stopped| run(db, live, stopped)))
     }
 
     /// Stops after the batch in progress (which commits or rolls back on its own).
     pub async fn shutdown(&self) {
-        let _ = self.stop.send(true);
-        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(task) = task
-            && tokio::time::timeout(Duration::from_secs(10), task)
-                .await
-                .is_err()
-        {
+        if !self.0.stop(Duration::from_secs(10)).await {
             tracing::warn!("the retention task did not stop in time");
         }
     }

@@ -17,8 +17,7 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
-use http_body_util::{BodyExt, Empty, Full};
-use hyper::Request;
+use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -377,15 +376,7 @@ async fn wait_drained(addr: SocketAddr) -> Option<Duration> {
 }
 
 async fn get_body(addr: SocketAddr, path: &str) -> Option<Bytes> {
-    let stream = TcpStream::connect(addr).await.ok()?;
-    let (mut sender, connection) = http1::handshake(TokioIo::new(stream)).await.ok()?;
-    tokio::spawn(connection);
-    let request = Request::get(path)
-        .header(hyper::header::HOST, addr.to_string())
-        .body(Empty::<Bytes>::new())
-        .ok()?;
-    let response = sender.send_request(request).await.ok()?;
-    Some(response.into_body().collect().await.ok()?.to_bytes())
+    crate::load::get(addr, path).await.map(|(_, body)| body)
 }
 
 /// One request of the open loop: when it was written, when answered, its run id.

@@ -232,6 +232,12 @@ fn outcome_of(body: &[u8]) -> Option<&str> {
 
 /// `GET path` on a fresh connection: the status, or `None` when the server cannot be reached.
 pub async fn get_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    get(addr, path).await.map(|(status, _)| status)
+}
+
+/// `GET path` on a fresh connection: the status and the body, or `None` when the server
+/// cannot be reached.
+pub async fn get(addr: SocketAddr, path: &str) -> Option<(u16, Bytes)> {
     let stream = TcpStream::connect(addr).await.ok()?;
     let (mut sender, connection) = http1::handshake(TokioIo::new(stream)).await.ok()?;
     tokio::spawn(connection);
@@ -241,8 +247,8 @@ pub async fn get_status(addr: SocketAddr, path: &str) -> Option<u16> {
         .ok()?;
     let response = sender.send_request(request).await.ok()?;
     let status = response.status().as_u16();
-    let _ = response.into_body().collect().await;
-    Some(status)
+    let body = response.into_body().collect().await.ok()?.to_bytes();
+    Some((status, body))
 }
 
 /// Polls `GET /readyz` every 2 ms until it answers 200; the time that took.

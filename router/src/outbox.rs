@@ -334,14 +334,31 @@ async fn apply_delivered(
     Ok(held.len())
 }
 
-/// The dispatch row as this claim left it: still ours to change.
-fn still_claimed(d: &dispatch::Model, owner: &str) -> sea_orm::Condition {
-    sea_orm::Condition::all()
-        .add(dispatch::Column::Id.eq(d.id.as_str()))
-        .add(dispatch::Column::Status.eq(DispatchStatus::Pending))
-        .add(dispatch::Column::ClaimedBy.eq(owner))
-        .add(dispatch::Column::Attempts.eq(d.attempts))
-        .add(dispatch::Column::Series.eq(d.series))
+/// A failed attempt's dispatch update: the claim is given up and the error kept.
+fn unclaimed(what: &str, now: Millis) -> sea_orm::UpdateMany<dispatch::Entity> {
+    dispatch::Entity::update_many()
+        .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
+        .col_expr(dispatch::Column::LastError, what.into())
+        .col_expr(dispatch::Column::UpdatedAt, now.into())
+}
+
+/// Runs `update` on the dispatch row only as this claim left it (same owner, attempt and
+/// series, still pending); whether the row was still ours.
+async fn still_claimed_update(
+    txn: &DatabaseTransaction,
+    update: sea_orm::UpdateMany<dispatch::Entity>,
+    d: &dispatch::Model,
+    owner: &str,
+) -> Result<bool, DbErr> {
+    let updated = update
+        .filter(dispatch::Column::Id.eq(d.id.as_str()))
+        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
+        .filter(dispatch::Column::ClaimedBy.eq(owner))
+        .filter(dispatch::Column::Attempts.eq(d.attempts))
+        .filter(dispatch::Column::Series.eq(d.series))
+        .exec(txn)
+        .await?;
+    Ok(updated.rows_affected > 0)
 }
 
 async fn apply(txn: &DatabaseTransaction, attempt: &Recorded, now: Millis) -> Result<bool, DbErr> {
@@ -353,15 +370,8 @@ async fn apply(txn: &DatabaseTransaction, attempt: &Recorded, now: Millis) -> Re
             return Ok(apply_delivered(txn, &[attempt], now).await? == 1);
         }
         Verdict::Retry { next_due } => {
-            let updated = dispatch::Entity::update_many()
-                .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
-                .col_expr(dispatch::Column::DueAt, (*next_due).into())
-                .col_expr(dispatch::Column::LastError, what.clone().into())
-                .col_expr(dispatch::Column::UpdatedAt, now.into())
-                .filter(still_claimed(d, &attempt.owner))
-                .exec(txn)
-                .await?;
-            if updated.rows_affected == 0 {
+            let retry = unclaimed(&what, now).col_expr(dispatch::Column::DueAt, (*next_due).into());
+            if !still_claimed_update(txn, retry, d, &attempt.owner).await? {
                 return Ok(false);
             }
             let detail = format!(
@@ -379,19 +389,13 @@ async fn apply(txn: &DatabaseTransaction, attempt: &Recorded, now: Millis) -> Re
             .await?;
         }
         Verdict::DeadLetter { reason } => {
-            let updated = dispatch::Entity::update_many()
+            let dead = unclaimed(&what, now)
                 .col_expr(
                     dispatch::Column::Status,
                     DispatchStatus::DeadLettered.as_str().into(),
                 )
-                .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
-                .col_expr(dispatch::Column::Reason, (*reason).into())
-                .col_expr(dispatch::Column::LastError, what.clone().into())
-                .col_expr(dispatch::Column::UpdatedAt, now.into())
-                .filter(still_claimed(d, &attempt.owner))
-                .exec(txn)
-                .await?;
-            if updated.rows_affected == 0 {
+                .col_expr(dispatch::Column::Reason, (*reason).into());
+            if !still_claimed_update(txn, dead, d, &attempt.owner).await? {
                 return Ok(false);
             }
             dead_letter_run(txn, run, reason, &what, now).await?;

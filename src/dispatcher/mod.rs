@@ -20,8 +20,8 @@ use switchyard_dispatch::{AttemptResult, Outbound};
 use switchyard_router::outbox::{self, ClaimedRun, Recorded, Verdict};
 use switchyard_router::{Millis, millis_rfc3339, now_millis};
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
-use tokio::task::JoinHandle;
 
+use crate::background::Background;
 use crate::live::LiveConfig;
 use transports::{PushTarget, Transports};
 
@@ -93,10 +93,7 @@ impl TargetHealths {
 
 /// A running dispatcher.
 #[derive(Debug)]
-pub struct Dispatcher {
-    stop: watch::Sender<bool>,
-    task: Mutex<Option<JoinHandle<()>>>,
-}
+pub struct Dispatcher(Background);
 
 impl Dispatcher {
     /// Starts dispatching the outbox of `db` as replica `owner`.
@@ -107,24 +104,15 @@ impl Dispatcher {
         wake: Arc<Wake>,
         healths: Arc<TargetHealths>,
     ) -> Self {
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(run(db, live, owner, wake, healths, stopped));
-        Self {
-            stop,
-            task: Mutex::new(Some(task)),
-        }
+        Self(Background::spawn(|stopped| {
+            run(db, live, owner, wake, healths, stopped)
+        }))
     }
 
     /// Stops claiming, lets deliveries in flight finish and be recorded (bounded), and returns.
     /// What is left unrecorded stays claimed until its claim lapses, then is delivered again.
     pub async fn shutdown(&self) {
-        let _ = self.stop.send(true);
-        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(task) = task
-            && tokio::time::timeout(DRAIN + Duration::from_secs(5), task)
-                .await
-                .is_err()
-        {
+        if !self.0.stop(DRAIN + Duration::from_secs(5)).await {
             tracing::warn!(
                 "the dispatcher did not stop in time; unrecorded deliveries will be sent again"
             );
