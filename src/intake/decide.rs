@@ -76,6 +76,13 @@ pub(super) struct Found {
     pub leases: Vec<entity_lock::Model>,
 }
 
+/// What a committed batch hands back: its answers, in batch order, and how many active runs
+/// it expired by taking over their leases (for the metrics).
+pub(super) struct Committed {
+    pub answers: Vec<Answer>,
+    pub expired_runs: usize,
+}
+
 /// A decided batch: the answers, in batch order, and the rows that make them true.
 pub(super) struct Decided {
     pub answers: Vec<Answer>,

@@ -244,21 +244,19 @@ struct Pending {
 
 /// Sends each sender of a committed batch its answer, in batch order, and wakes the
 /// dispatcher when the batch created runs (their dispatches are in the outbox now).
-fn answer_all(batch: Vec<Pending>, answers: Vec<Answer>, signals: &Signals) {
+fn answer_all(batch: Vec<Pending>, committed: decide::Committed, signals: &Signals) {
     signals.health.committed();
     let metrics = crate::metrics::metrics();
+    let decide::Committed {
+        answers,
+        expired_runs,
+    } = committed;
+    for _ in 0..expired_runs {
+        metrics.run_finished("expired");
+    }
     let routed = answers
         .iter()
         .filter(|a| a.outcome == Outcome::Routed)
-        .inspect(|a| {
-            // A run routed over an expired lease ended that lease's run.
-            if a.detail
-                .as_deref()
-                .is_some_and(|d| d.starts_with("took over"))
-            {
-                metrics.run_finished("expired");
-            }
-        })
         .count();
     if routed > 0 {
         metrics.runs_created.inc_by(routed as u64);

@@ -28,7 +28,7 @@ use switchyard_router::entities::entity_lock;
 use switchyard_router::entities::run::RunStatus;
 use switchyard_router::{ACTIVE, now_millis};
 
-use super::decide::{self, Decided, Found, Lookups, SourceKey};
+use super::decide::{self, Committed, Decided, Found, Lookups, SourceKey};
 use super::{Answer, Delivery};
 use crate::live::Live;
 
@@ -54,7 +54,7 @@ impl Writer {
         &mut self,
         live: &Live,
         deliveries: &[&Delivery],
-    ) -> Result<Vec<Answer>, DbErr> {
+    ) -> Result<Committed, DbErr> {
         let conn = match &mut self.held {
             Some(conn) => conn,
             None => self.held.insert(self.pool.acquire().await.map_err(db_err)?),
@@ -71,15 +71,19 @@ async fn commit_batch(
     conn: &mut PgConnection,
     live: &Live,
     deliveries: &[&Delivery],
-) -> Result<Vec<Answer>, DbErr> {
+) -> Result<Committed, DbErr> {
     let now = now_millis();
     let mut txn = conn.begin_with(BEGIN).await.map_err(db_err)?;
     let lookups = Lookups::needed(deliveries, live);
     let found = look_up(&mut txn, &lookups).await?;
     let decided = decide::decide(deliveries, lookups, found, live, now);
+    let expired_runs = decided.locks.expired_runs.len();
     let answers = write(&mut txn, decided).await?;
     txn.commit().await.map_err(db_err)?;
-    Ok(answers)
+    Ok(Committed {
+        answers,
+        expired_runs,
+    })
 }
 
 /// Everything a batch needs to know, in one round trip: the stored answer of each

@@ -18,7 +18,7 @@ use switchyard_router::entities::run::RunStatus;
 use switchyard_router::{ACTIVE, now_millis};
 use tokio::sync::mpsc;
 
-use super::decide::{self, Decided, Found, Lookups, SourceKey};
+use super::decide::{self, Committed, Decided, Found, Lookups, SourceKey};
 use super::health::Signals;
 use super::sqlite_checkpoint::{self, Nudge};
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
@@ -105,14 +105,14 @@ fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>, signals: &Sig
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
     match commit_with_retries(conn, live, &deliveries) {
-        Ok(answers) => {
-            crate::metrics::metrics().batch(answers.len(), started.elapsed());
+        Ok(committed) => {
+            crate::metrics::metrics().batch(committed.answers.len(), started.elapsed());
             tracing::debug!(
-                size = answers.len(),
+                size = committed.answers.len(),
                 micros = started.elapsed().as_micros() as u64,
                 "batch committed"
             );
-            answer_all(batch, answers, signals);
+            answer_all(batch, committed, signals);
         }
         Err(error) if batch.len() > 1 => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
@@ -141,7 +141,7 @@ fn commit_with_retries(
     conn: &mut Connection,
     live: &Live,
     deliveries: &[&Delivery],
-) -> rusqlite::Result<Vec<Answer>> {
+) -> rusqlite::Result<Committed> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -174,7 +174,7 @@ fn commit_batch(
     conn: &mut Connection,
     live: &Live,
     deliveries: &[&Delivery],
-) -> rusqlite::Result<Vec<Answer>> {
+) -> rusqlite::Result<Committed> {
     let now = now_millis();
     let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let lookups = Lookups::needed(deliveries, live);
@@ -186,7 +186,10 @@ fn commit_batch(
     let decided = decide::decide(deliveries, lookups, found, live, now);
     write(&txn, &decided)?;
     txn.commit()?;
-    Ok(decided.answers)
+    Ok(Committed {
+        expired_runs: decided.locks.expired_runs.len(),
+        answers: decided.answers,
+    })
 }
 
 const INTAKE_COLUMNS: &str = "id, source, delivery_id, outcome, detail, channel, event_type, \

@@ -13,7 +13,7 @@ use switchyard_router::runs::begin_write;
 use switchyard_router::{lock_leases, now_millis};
 use tokio::sync::mpsc;
 
-use super::decide::{self, Found, Lookups, SourceKey};
+use super::decide::{self, Committed, Found, Lookups, SourceKey};
 use super::health::Signals;
 use super::postgres_batch;
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
@@ -69,14 +69,14 @@ async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, signals: &S
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
     match commit_with_retries(store, live, &deliveries).await {
-        Ok(answers) => {
-            crate::metrics::metrics().batch(answers.len(), started.elapsed());
+        Ok(committed) => {
+            crate::metrics::metrics().batch(committed.answers.len(), started.elapsed());
             tracing::debug!(
-                size = answers.len(),
+                size = committed.answers.len(),
                 micros = started.elapsed().as_micros() as u64,
                 "batch committed"
             );
-            answer_all(batch, answers, signals);
+            answer_all(batch, committed, signals);
         }
         Err(error) if batch.len() > 1 && !is_connection_error(&error) => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
@@ -109,7 +109,7 @@ async fn commit_with_retries(
     store: &mut Store,
     live: &Live,
     deliveries: &[&Delivery],
-) -> Result<Vec<Answer>, DbErr> {
+) -> Result<Committed, DbErr> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -172,7 +172,7 @@ async fn commit_batch(
     db: &DatabaseConnection,
     live: &Live,
     deliveries: &[&Delivery],
-) -> Result<Vec<Answer>, DbErr> {
+) -> Result<Committed, DbErr> {
     let now = now_millis();
     let txn = begin_write(db).await?;
     let lookups = Lookups::needed(deliveries, live);
@@ -186,6 +186,7 @@ async fn commit_batch(
         leases: lock_leases(&txn, &lookups.leases).await?,
     };
     let decided = decide::decide(deliveries, lookups, found, live, now);
+    let expired_runs = decided.locks.expired_runs.len();
 
     decided.locks.persist(&txn).await?;
     if !decided.raw.is_empty() {
@@ -243,5 +244,8 @@ async fn commit_batch(
         .await?;
     }
     txn.commit().await?;
-    Ok(decided.answers)
+    Ok(Committed {
+        answers: decided.answers,
+        expired_runs,
+    })
 }
