@@ -11,6 +11,7 @@ mod index;
 mod lock_batch;
 pub mod outbox;
 pub mod runs;
+pub mod write_turn;
 
 pub use index::{Candidate, TriggerIndex};
 pub use lock_batch::{ACTIVE, Decision, LockBatch, LockChanges, lock_leases};

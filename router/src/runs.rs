@@ -40,15 +40,18 @@ pub enum RunError {
 /// reads then writes can fail with SQLITE_BUSY), READ COMMITTED elsewhere so row-locking reads
 /// see the latest committed lease.
 pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
-    let options = match db.get_database_backend() {
-        DbBackend::Sqlite => TransactionOptions {
+    if db.get_database_backend() == DbBackend::Sqlite {
+        // Queue for the write lock here instead of in SQLite's coarse busy handler.
+        let _turn = crate::write_turn::take().await;
+        let options = TransactionOptions {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
             ..Default::default()
-        },
-        _ => TransactionOptions {
-            isolation_level: Some(IsolationLevel::ReadCommitted),
-            ..Default::default()
-        },
+        };
+        return db.begin_with_options(options).await;
+    }
+    let options = TransactionOptions {
+        isolation_level: Some(IsolationLevel::ReadCommitted),
+        ..Default::default()
     };
     db.begin_with_options(options).await
 }

@@ -250,7 +250,12 @@ impl Daemon {
             addr,
             config_path: config_path.to_owned(),
             logs,
-            client: reqwest::Client::new(),
+            // Idle connections are dropped before the daemon's 10 s header read timeout closes
+            // them: reusing one the server is closing at that moment fails mid-request.
+            client: reqwest::Client::builder()
+                .pool_idle_timeout(Duration::from_secs(5))
+                .build()
+                .expect("an HTTP client"),
         }
     }
 
