@@ -6,7 +6,9 @@ mod e2e {
 
     mod chaos;
     mod cli;
+    mod cloudevents;
     mod concurrency;
+    mod conditions;
     mod dispatch;
     mod email;
     mod hardening;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Channel;
+use crate::{Channel, Condition};
 
 /// Whether a workflow can be triggered. Only `Live` workflows ever match a real event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -26,16 +26,19 @@ impl WorkflowStatus {
 }
 
 /// One (channel, event_type) a workflow reacts to, and how strongly it claims it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Trigger {
     pub channel: Channel,
     pub event_type: String,
     /// Higher wins; ties break by workflow id.
     pub priority: i32,
+    /// Eligibility: the trigger only claims events whose payload satisfies this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<Condition>,
 }
 
 /// A workflow of one tenant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Workflow {
     pub id: String,
     pub tenant_id: String,

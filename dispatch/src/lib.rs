@@ -18,7 +18,9 @@ pub mod http;
 pub mod message;
 pub mod nats;
 pub mod schedule;
-pub mod signature;
+/// Standard Webhooks v1 signing; it lives in `switchyard-core` so inbound adapters (CloudEvents)
+/// verify with the same code without depending on the transports.
+pub use switchyard_core::standard_webhooks as signature;
 pub mod transport;
 
 pub use http::{HttpTarget, HttpTransport};

@@ -44,11 +44,13 @@ fn workflows(count: usize) -> Vec<Workflow> {
                     channel: CHANNELS[i % CHANNELS.len()],
                     event_type: EVENT_TYPES[i % 3].into(),
                     priority: (i % 7) as i32,
+                    when: None,
                 },
                 Trigger {
                     channel: CHANNELS[(i / 2) % CHANNELS.len()],
                     event_type: EVENT_TYPES[3 + i % 7].into(),
                     priority: (i % 11) as i32,
+                    when: None,
                 },
             ],
         })

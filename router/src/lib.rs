@@ -13,7 +13,7 @@ pub mod outbox;
 pub mod runs;
 pub mod write_turn;
 
-pub use index::{Candidate, TriggerIndex};
+pub use index::{Candidate, Choice, TriggerIndex, Verdict};
 pub use lock_batch::{ACTIVE, Decision, LockBatch, LockChanges, lock_leases};
 
 /// Milliseconds since the Unix epoch: how every time is stored.

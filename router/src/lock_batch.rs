@@ -368,6 +368,7 @@ mod tests {
             workflow_id: Arc::from("triage"),
             priority: 100,
             lock_ttl: Duration::from_secs(60),
+            when: None,
         }
     }
 

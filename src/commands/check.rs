@@ -153,6 +153,11 @@ fn retry_window(source: &SourceConfig) -> Option<(std::time::Duration, &'static 
             "Zendesk retries for hours; 24h assumed",
         )),
         SourceConfig::Email(_) => None,
+        // Publishers' retry policies vary; a day is the common upper bound (Knative, Svix).
+        SourceConfig::CloudEvents(_) => Some((
+            std::time::Duration::from_secs(24 * 60 * 60),
+            "CloudEvents publishers may retry for hours; 24h assumed",
+        )),
     }
 }
 
@@ -186,6 +191,7 @@ fn unproducible(
                 ]
                 .contains(&event_type)
         }
+        (SourceConfig::CloudEvents(s), _) => s.tenant == tenant && s.channel == channel,
         _ => false,
     };
     match channel {

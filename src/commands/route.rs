@@ -1,12 +1,13 @@
-//! `switchyard route`: a dry run of one event against the config — which workflow would win at
-//! which priority, and whether its entity is locked right now. Writes nothing.
+//! `switchyard route`: a dry run of one event against the config — each candidate's verdict
+//! (priority, and whether its condition holds for the event's payload), which workflow would
+//! win, and whether its entity is locked right now. Writes nothing.
 
 use std::path::Path;
 
 use anyhow::Context;
 use serde::Deserialize;
 use switchyard_core::{Channel, WorkflowStatus};
-use switchyard_router::{TriggerIndex, now_millis, runs};
+use switchyard_router::{Choice, TriggerIndex, now_millis, runs};
 
 use crate::config::LoadedConfig;
 use crate::store;
@@ -19,11 +20,15 @@ struct SampleEvent {
     event_type: String,
     tenant_id: String,
     target_entity_id: String,
-    /// Accepted so a whole canonical event file works; routing never reads it.
-    #[serde(default, rename = "payload")]
-    _payload: serde::de::IgnoredAny,
+    /// The normalised payload trigger conditions read (`{}` when left out).
+    #[serde(default = "empty_payload")]
+    payload: serde_json::Value,
     #[serde(default, rename = "raw_ref")]
     _raw_ref: serde::de::IgnoredAny,
+}
+
+fn empty_payload() -> serde_json::Value {
+    serde_json::json!({})
 }
 
 /// Prints the dry run's explanation.
@@ -40,9 +45,6 @@ pub async fn route(config_path: &Path, event_path: &Path) -> anyhow::Result<()> 
         "event: {} {} tenant={} entity={} (config revision {})",
         event.channel, event.event_type, event.tenant_id, event.target_entity_id, loaded.revision
     );
-    let candidates = index
-        .candidates(&event.tenant_id, event.channel, &event.event_type)
-        .unwrap_or_default();
     for workflow in workflows.iter().filter(|w| {
         w.status != WorkflowStatus::Live
             && w.tenant_id == event.tenant_id
@@ -56,25 +58,56 @@ pub async fn route(config_path: &Path, event_path: &Path) -> anyhow::Result<()> 
             workflow.status.as_str()
         );
     }
-    let Some(winner) = candidates.first() else {
-        println!(
-            "outcome: no_trigger_match (no live workflow of tenant `{}` triggers on this)",
-            event.tenant_id
-        );
-        return Ok(());
+    let verdicts = index.verdicts(
+        &event.tenant_id,
+        event.channel,
+        &event.event_type,
+        &event.payload,
+    );
+    let choice = index.choose_for(
+        &event.tenant_id,
+        event.channel,
+        &event.event_type,
+        &event.payload,
+    );
+    let winner = match choice {
+        Choice::Chosen(winner) => Some(winner),
+        Choice::NoTrigger => {
+            println!(
+                "outcome: no_trigger_match (no live workflow of tenant `{}` triggers on this)",
+                event.tenant_id
+            );
+            return Ok(());
+        }
+        Choice::NoConditionHeld(_) => None,
     };
-    for (rank, candidate) in candidates.iter().enumerate() {
-        let mark = if rank == 0 { "  <- wins" } else { "" };
+    let mut marked = false;
+    for (rank, verdict) in verdicts.iter().enumerate() {
+        let candidate = &verdict.candidate;
+        let condition = match (&candidate.when, &verdict.failed) {
+            (None, _) => String::new(),
+            (Some(when), None) => format!(", when {when}: holds"),
+            (Some(_), Some(failed)) => format!(", condition fails: {failed}"),
+        };
+        let wins = !marked && verdict.failed.is_none();
+        marked |= wins;
+        let mark = if wins { "  <- wins" } else { "" };
         println!(
-            "  {}. `{}` at priority {}{mark}",
+            "  {}. `{}` at priority {}{condition}{mark}",
             rank + 1,
             candidate.workflow_id,
             candidate.priority
         );
     }
-    if candidates
-        .get(1)
-        .is_some_and(|c| c.priority == winner.priority)
+    let Some(winner) = winner else {
+        println!("outcome: no_trigger_match (no candidate's condition holds for this payload)");
+        return Ok(());
+    };
+    if verdicts
+        .iter()
+        .filter(|v| v.failed.is_none())
+        .nth(1)
+        .is_some_and(|v| v.candidate.priority == winner.priority)
     {
         println!("  note: a priority tie, broken by workflow id");
     }

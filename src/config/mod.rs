@@ -32,7 +32,7 @@ pub struct Config {
     /// Where runs, locks and the ledger are stored.
     #[serde(default)]
     pub database: DatabaseConfig,
-    /// Channels events arrive from (`kind = "webhook" | "slack" | "email"`).
+    /// Channels events arrive from (`kind = "webhook" | "slack" | "email" | "cloudevents"`).
     #[serde(default, rename = "source")]
     pub sources: Vec<SourceConfig>,
     /// Where routed runs are delivered (`kind = "http" | "nats" | "pull"`).

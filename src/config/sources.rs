@@ -2,6 +2,8 @@
 //! owns its config struct; this module only tags them and looks up their secrets.
 
 use serde::Deserialize;
+use switchyard_cloudevents::CloudEventsSourceConfig;
+use switchyard_core::standard_webhooks::SigningKey;
 use switchyard_email::EmailSourceConfig;
 use switchyard_slack::SlackSourceConfig;
 use switchyard_webhook::WebhookSourceConfig;
@@ -18,6 +20,9 @@ pub enum SourceConfig {
     Slack(SlackSourceConfig),
     /// A support mailbox polled over IMAP.
     Email(EmailSourceConfig),
+    /// CloudEvents 1.0 over HTTP on `POST /v1/ingest/cloudevents/{name}`.
+    #[serde(rename = "cloudevents")]
+    CloudEvents(CloudEventsSourceConfig),
 }
 
 impl SourceConfig {
@@ -26,6 +31,7 @@ impl SourceConfig {
             SourceConfig::Webhook(_) => "webhook",
             SourceConfig::Slack(_) => "slack",
             SourceConfig::Email(_) => "email",
+            SourceConfig::CloudEvents(_) => "cloudevents",
         }
     }
 
@@ -34,6 +40,7 @@ impl SourceConfig {
             SourceConfig::Webhook(c) => &c.name,
             SourceConfig::Slack(c) => &c.name,
             SourceConfig::Email(c) => &c.name,
+            SourceConfig::CloudEvents(c) => &c.name,
         }
     }
 
@@ -43,6 +50,7 @@ impl SourceConfig {
             SourceConfig::Webhook(c) => c.validate().map_err(|e| e.to_string()),
             SourceConfig::Slack(c) => c.validate().map_err(|e| e.to_string()),
             SourceConfig::Email(c) => c.validate().map_err(|e| e.to_string()),
+            SourceConfig::CloudEvents(c) => c.validate().map_err(|e| e.to_string()),
         }
     }
 
@@ -73,6 +81,18 @@ impl SourceConfig {
                 password: secret(&config.password_env)?,
                 config: config.clone(),
             },
+            SourceConfig::CloudEvents(config) => ResolvedSource::CloudEvents {
+                key: match &config.signing_secret_env {
+                    Some(var) => Some(SigningKey::parse(&secret(var)?).map_err(|error| {
+                        format!(
+                            "cloudevents source `{}`: the secret in `{var}` is unusable: {error}",
+                            config.name
+                        )
+                    })?),
+                    None => None,
+                },
+                config: config.clone(),
+            },
         })
     }
 }
@@ -93,6 +113,11 @@ pub enum ResolvedSource {
         config: EmailSourceConfig,
         password: String,
     },
+    CloudEvents {
+        config: CloudEventsSourceConfig,
+        /// The Standard Webhooks key publishers sign with; `None`: only the API token admits.
+        key: Option<SigningKey>,
+    },
 }
 
 impl std::fmt::Debug for ResolvedSource {
@@ -104,6 +129,9 @@ impl std::fmt::Debug for ResolvedSource {
             }
             ResolvedSource::Slack { config, .. } => f.debug_tuple("Slack").field(config).finish(),
             ResolvedSource::Email { config, .. } => f.debug_tuple("Email").field(config).finish(),
+            ResolvedSource::CloudEvents { config, .. } => {
+                f.debug_tuple("CloudEvents").field(config).finish()
+            }
         }
     }
 }

@@ -13,7 +13,7 @@ fn parse(text: &str) -> Result<LoadedConfig, ConfigError> {
 }
 
 fn env(name: &str) -> Option<String> {
-    if name == "TRIAGE_WORKER_SECRET" {
+    if name == "TRIAGE_WORKER_SECRET" || name == "BILLING_EVENTS_SECRET" {
         return Some("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".into());
     }
     [
@@ -44,7 +44,7 @@ fn the_all_sources_example_parses_and_resolves() {
         .iter()
         .map(SourceConfig::kind)
         .collect();
-    assert_eq!(kinds, ["webhook", "slack", "email"]);
+    assert_eq!(kinds, ["webhook", "slack", "email", "cloudevents"]);
     Settings::resolve(loaded, &env).expect("resolves");
 }
 
@@ -80,6 +80,74 @@ fn unknown_keys_are_errors_naming_the_key_and_line() {
     let error = parse("[[workflow]]\nid = \"a\"\ntenant = \"t\"\nstatus = \"live\"\ntriggers = []\nprioritee = 1\n")
         .expect_err("typo in a workflow");
     assert!(error.to_string().contains("prioritee"), "{error}");
+}
+
+#[test]
+fn trigger_conditions_are_checked_at_load_and_errors_name_the_line() {
+    let workflow = |when: &str| {
+        format!(
+            "[[workflow]]\nid = \"a\"\ntenant = \"t\"\nstatus = \"live\"\ntriggers = [\n  \
+             {{ channel = \"webhook\", event_type = \"ticket.updated\", when = {when} }},\n]\n"
+        )
+    };
+    let loaded = parse(&workflow(
+        r#"{ any = [ { field = "priority", equals = "urgent" }, { field = "tags", in = ["vip"] } ] }"#,
+    ))
+    .expect("a valid condition");
+    let when = loaded.workflows()[0].triggers[0]
+        .when
+        .clone()
+        .expect("kept");
+    assert!(when.holds(&serde_json::json!({"tags": ["vip"]})));
+    for (when, needle) in [
+        (
+            r#"{ field = "priority", like = "u" }"#,
+            "unknown field `like`",
+        ),
+        (r#"{ field = "a..b", equals = 1 }"#, "field path `a..b`"),
+        (r#"{ any = [] }"#, "`any` needs at least one entry"),
+        (r#"{ field = "p" }"#, "exactly one operator"),
+        (
+            r#"{ not = { field = "p", exits = true } }"#,
+            "unknown field `exits`",
+        ),
+    ] {
+        let error = parse(&workflow(when)).expect_err(when).to_string();
+        assert!(error.contains(needle), "{when}: {error}");
+        assert!(
+            error.contains("line 6"),
+            "{when}: the line is named: {error}"
+        );
+    }
+}
+
+#[test]
+fn a_cloudevents_source_parses_and_its_secret_must_be_a_standard_webhooks_key() {
+    let text = r#"
+[[source]]
+kind = "cloudevents"
+name = "billing"
+tenant = "acme"
+signing_secret_env = "BILLING_EVENTS_SECRET"
+channel = "chat"
+"#;
+    let loaded = parse(text).expect("parses");
+    let settings = Settings::resolve(loaded, &env).expect("resolves");
+    assert!(matches!(
+        &settings.sources[0],
+        ResolvedSource::CloudEvents { key: Some(_), config } if config.channel == switchyard_core::Channel::Chat
+    ));
+    let not_whsec = text.replace("BILLING_EVENTS_SECRET", "ZENDESK_ACME_SECRET");
+    let error = Settings::resolve(parse(&not_whsec).expect("parses"), &env).expect_err("bad key");
+    assert!(error.to_string().contains("`whsec_`"), "{error}");
+    let error =
+        parse(&text.replace("channel = \"chat\"", "channel = \"sms\"")).expect_err("channel");
+    assert!(error.to_string().contains("sms"), "{error}");
+    let error = parse(&format!("{text}signing_secret = \"x\"\n")).expect_err("typo");
+    assert!(
+        error.to_string().contains("unknown field `signing_secret`"),
+        "{error}"
+    );
 }
 
 #[test]

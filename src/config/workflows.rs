@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use switchyard_core::{Channel, Trigger, Workflow, WorkflowStatus};
+use switchyard_core::{Channel, Condition, Trigger, Workflow, WorkflowStatus};
 
 use crate::store::MAX_KEY_LEN;
 
@@ -39,6 +39,11 @@ pub struct TriggerConfig {
     /// Higher wins; ties break by workflow id (and `switchyard check` warns).
     #[serde(default)]
     pub priority: i32,
+    /// Only events whose normalised payload satisfies this condition are claimed, e.g.
+    /// `{ field = "priority", equals = "urgent" }` (see `switchyard_core::Condition`). Checked
+    /// when the file is loaded.
+    #[serde(default)]
+    pub when: Option<Condition>,
 }
 
 impl WorkflowConfig {
@@ -94,6 +99,7 @@ impl WorkflowConfig {
                         channel: t.channel.parse().ok()?,
                         event_type: t.event_type.clone(),
                         priority: t.priority,
+                        when: t.when.clone(),
                     })
                 })
                 .collect(),

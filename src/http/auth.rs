@@ -28,6 +28,23 @@ pub async fn require_api_token(
     Ok(next.run(request).await)
 }
 
+/// Whether the request presents the daemon's API token: `None` when it presents no bearer
+/// token at all, so a caller can fall back to another proof (a signature).
+pub(super) fn presents_api_token(
+    headers: &axum::http::HeaderMap,
+    live: &crate::live::Live,
+) -> Option<bool> {
+    let presented = headers
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(bearer_token)?;
+    Some(bool::from(
+        presented
+            .as_bytes()
+            .ct_eq(live.settings.api_token.as_bytes()),
+    ))
+}
+
 /// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive
 /// (RFC 9110 section 11.1).
 fn bearer_token(value: &str) -> Option<&str> {

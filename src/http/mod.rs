@@ -7,6 +7,7 @@ mod claims;
 mod error;
 mod events;
 mod health;
+mod ingest_cloudevents;
 mod ingest_slack;
 mod ingest_webhook;
 mod intake_answer;
@@ -70,6 +71,11 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
         .merge(
             ingest_slack::router().route_layer(axum::middleware::from_fn(|request, next| {
                 intake_answer::measured("slack", request, next)
+            })),
+        )
+        .merge(
+            ingest_cloudevents::router().route_layer(axum::middleware::from_fn(|request, next| {
+                intake_answer::measured("cloudevents", request, next)
             })),
         )
         .route_layer(axum::middleware::from_fn(move |request, next| {

@@ -8,7 +8,7 @@ use switchyard_core::{Event, Outcome};
 use switchyard_router::entities::dispatch::{self, DispatchStatus};
 use switchyard_router::entities::run::RunStatus;
 use switchyard_router::entities::{entity_lock, run_history};
-use switchyard_router::{Candidate, Decision, LockBatch, LockChanges, Millis};
+use switchyard_router::{Choice, Decision, LockBatch, LockChanges, Millis};
 
 use super::{Answer, Delivery, DeliveryBody};
 use crate::live::Live;
@@ -25,27 +25,30 @@ pub(super) struct Lookups<'a> {
     pub messages: Vec<(&'a str, &'a str)>,
     /// `(tenant_id, target_entity_id)` of every event a live workflow triggers on.
     pub leases: Vec<(String, String)>,
-    /// Each delivery's chosen workflow, in batch order.
-    choices: Vec<Option<Candidate>>,
+    /// Each delivery's choice (workflow, or why none), in batch order.
+    choices: Vec<Choice>,
 }
 
 impl<'a> Lookups<'a> {
     pub fn needed(deliveries: &[&'a Delivery], live: &Live) -> Self {
-        let choices: Vec<Option<Candidate>> = deliveries
+        // Conditions are evaluated here, after the index lookup, on the normalised payload.
+        let choices: Vec<Choice> = deliveries
             .iter()
             .map(|d| match &d.body {
-                DeliveryBody::Route(event) => {
-                    live.index
-                        .choose(&event.tenant_id, event.channel, &event.event_type)
-                }
-                _ => None,
+                DeliveryBody::Route(event) => live.index.choose_for(
+                    &event.tenant_id,
+                    event.channel,
+                    &event.event_type,
+                    &event.payload,
+                ),
+                _ => Choice::NoTrigger,
             })
             .collect();
         let leases = deliveries
             .iter()
             .zip(&choices)
             .filter_map(|(d, choice)| match (&d.body, choice) {
-                (DeliveryBody::Route(event), Some(_)) => {
+                (DeliveryBody::Route(event), Choice::Chosen(_)) => {
                     Some((event.tenant_id.clone(), event.target_entity_id.clone()))
                 }
                 _ => None,
@@ -149,10 +152,14 @@ pub(super) fn decide(
                 let decision = locks.route(
                     &event.tenant_id,
                     &event.target_entity_id,
-                    choice.as_ref(),
+                    choice.candidate(),
                     &intake_id,
                 );
-                ledger_row(delivery, Some(event), decision_fields(&decision), live, now)
+                let mut fields = decision_fields(&decision);
+                if let Choice::NoConditionHeld(detail) = choice {
+                    fields.detail = Some(detail.clone());
+                }
+                ledger_row(delivery, Some(event), fields, live, now)
             }
             DeliveryBody::Ineligible { detail, event } => ledger_row(
                 delivery,

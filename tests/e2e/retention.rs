@@ -369,6 +369,10 @@ fn check_warns_when_the_ledger_outlives_no_retry_window() {
                 "TRIAGE_WORKER_SECRET",
                 "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
             )
+            .env(
+                "BILLING_EVENTS_SECRET",
+                "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+            )
             .output()
             .expect("run check");
         let out = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -379,7 +383,11 @@ fn check_warns_when_the_ledger_outlives_no_retry_window() {
             .collect::<Vec<_>>()
     };
     let warnings = check("1m");
-    assert_eq!(warnings.len(), 2, "slack and webhook: {warnings:?}");
+    assert_eq!(
+        warnings.len(),
+        3,
+        "slack, webhook and cloudevents: {warnings:?}"
+    );
     assert!(
         warnings
             .iter()
@@ -388,9 +396,13 @@ fn check_warns_when_the_ledger_outlives_no_retry_window() {
         "{warnings:?}"
     );
     let warnings = check("1h");
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
     assert!(
         warnings[0].contains("webhook source `zendesk-acme`"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].contains("cloudevents source `billing`"),
         "{warnings:?}"
     );
     assert!(check("2d").is_empty(), "email never warns");

@@ -1,4 +1,5 @@
 //! Standard Webhooks v1: HMAC-SHA256 over `{id}.{timestamp}.{body}`, sent as `v1,<base64>`.
+//! Pure (no I/O): the dispatch transports sign with it and the CloudEvents intake verifies with it.
 
 use std::fmt;
 
