@@ -21,5 +21,6 @@ mod e2e {
     mod spine;
     mod sqlite;
     mod systemd;
+    mod traces;
     mod webhook;
 }
