@@ -109,15 +109,19 @@ fn init_logging(format: LogFormat, telemetry: Option<&Telemetry>) -> WorkerGuard
     let _ = std::thread::Builder::new()
         .name("log-drops".into())
         .spawn(move || report_dropped_lines(dropped));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // The env filter is global (it gates every layer); the exporter's layer also filters by
+    // target, which only a registry-based subscriber supports.
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(writer);
+    let registry = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Text => builder.finish().with(telemetry.map(|t| t.layer())).init(),
-        LogFormat::Json => builder
-            .json()
-            .finish()
+        LogFormat::Text => registry
+            .with(lines)
+            .with(telemetry.map(|t| t.layer()))
+            .init(),
+        LogFormat::Json => registry
+            .with(lines.json())
             .with(telemetry.map(|t| t.layer()))
             .init(),
     }
