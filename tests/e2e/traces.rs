@@ -816,3 +816,39 @@ signing_secret_env = "TRACE_ZENDESK_SECRET"
     daemon.stop();
     db.drop_database().await;
 }
+
+/// A bad `[telemetry]` value stops `serve` with EX_CONFIG (78), naming the key and its line.
+#[test]
+fn a_bad_telemetry_value_stops_serve_with_exit_78() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (keys, key, line) in [
+        (
+            "otlp_endpoint = \"http://127.0.0.1:4318\"\nsampling_ratio = 1.5",
+            "sampling_ratio",
+            "line 6",
+        ),
+        (
+            "otlp_endpoint = \"https://collector:4318\"",
+            "otlp_endpoint",
+            "line 5",
+        ),
+        ("service_name = \"\"", "service_name", "line 5"),
+    ] {
+        let path = dir.path().join("bad.toml");
+        std::fs::write(
+            &path,
+            format!("[server]\nlisten = \"127.0.0.1:0\"\n\n[telemetry]\n{keys}\n"),
+        )
+        .expect("write");
+        let output = std::process::Command::new(super::harness::binary())
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("SWITCHYARD_API_TOKEN", "t")
+            .output()
+            .expect("run serve");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(78), "EX_CONFIG: {stderr}");
+        assert!(stderr.contains(key), "names `{key}`: {stderr}");
+        assert!(stderr.contains(line), "names {line}: {stderr}");
+    }
+}
