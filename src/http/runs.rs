@@ -238,7 +238,7 @@ async fn redispatch(
         Redispatched::Queued { run, dispatch_id } => {
             state.wake.runs_created();
             tracing::info!(run_id = %run.id, %dispatch_id, fencing_token = run.fencing_token, "dead-lettered run redispatched");
-            let mut view = serde_json::to_value(RunView::from(run)).unwrap_or_default();
+            let mut view = serde_json::to_value(RunView::from(*run)).unwrap_or_default();
             view["dispatch_id"] = json!(dispatch_id);
             Ok((StatusCode::OK, Json(view)))
         }
