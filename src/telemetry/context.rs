@@ -1,6 +1,8 @@
 //! W3C Trace Context (`traceparent`, `tracestate`): strict parsing of what a sender sent and the
 //! canonical text that is stored and sent on. Pure; no exporter needed.
 
+use std::borrow::Cow;
+
 use axum::http::HeaderMap;
 
 /// A trace context as stored on the ledger row and the run and sent with every dispatch.
@@ -195,14 +197,16 @@ impl TraceContext {
     /// empty for plain HTTP, `ce-` for a binary-mode CloudEvent). Repeated `tracestate`
     /// headers are one list; a repeated `traceparent` is invalid.
     pub fn from_headers(headers: &HeaderMap, prefix: &str) -> Option<(Self, TraceParent)> {
-        let (parent_name, state_name) = match prefix {
-            "" => ("traceparent".to_owned(), "tracestate".to_owned()),
+        // The usual prefixes cost no allocation: this runs for every intake request.
+        let (parent_name, state_name): (Cow<'_, str>, Cow<'_, str>) = match prefix {
+            "" => ("traceparent".into(), "tracestate".into()),
+            "ce-" => ("ce-traceparent".into(), "ce-tracestate".into()),
             _ => (
-                format!("{prefix}traceparent"),
-                format!("{prefix}tracestate"),
+                format!("{prefix}traceparent").into(),
+                format!("{prefix}tracestate").into(),
             ),
         };
-        let mut parents = headers.get_all(parent_name.as_str()).iter();
+        let mut parents = headers.get_all(parent_name.as_ref()).iter();
         let parent = parents.next()?;
         if parents.next().is_some() {
             tracing::debug!(error = %TraceparentError::Repeated, "ignoring the traceparent");
@@ -213,7 +217,7 @@ impl TraceContext {
             return None;
         };
         let states: Vec<&str> = headers
-            .get_all(state_name.as_str())
+            .get_all(state_name.as_ref())
             .iter()
             .filter_map(|value| value.to_str().ok())
             .collect();

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use context::{TraceContext, TraceParent, TraceparentError, parse_traceparent};
 pub use export::Telemetry;
-pub use spans::{DispatchSpan, batch_commit, incoming, traced_intake};
+pub use spans::{DispatchSpan, adopt, batch_commit, incoming, traced_intake};
 
 /// The `tracing` target of every span this module makes: the exporter's layer sees only these.
 pub const TARGET: &str = "switchyard::telemetry";

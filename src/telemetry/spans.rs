@@ -5,6 +5,8 @@
 //! the handler's [`crate::intake::Delivery`] through a task-local. `intake.batch_commit` is a
 //! writer's transaction; `dispatch.attempt` one delivery of a run to its target.
 
+use std::cell::RefCell;
+
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -18,15 +20,72 @@ use super::{TARGET, TraceContext, TraceParent, enabled, parse_traceparent};
 use crate::intake::Delivery;
 
 tokio::task_local! {
-    /// The context the delivery being handled on this task is stored with.
-    static INCOMING: Option<TraceContext>;
+    /// The trace context of the delivery being received on this task.
+    static INCOMING: RefCell<Incoming>;
+}
+
+/// What the intake middleware knows about the delivery's trace.
+#[derive(Debug, Default)]
+struct Incoming {
+    /// Its `intake.delivery` span (tracing on).
+    span: Option<tracing::Span>,
+    /// The context it arrived with (headers, or a CloudEvent's attributes through [`adopt`]).
+    given: Option<(TraceContext, TraceParent)>,
+    /// What it is stored with, once [`incoming`] was asked.
+    stored: Option<Option<TraceContext>>,
+}
+
+impl Incoming {
+    fn stored(&mut self) -> Option<TraceContext> {
+        if let Some(stored) = &self.stored {
+            return stored.clone();
+        }
+        let stored = match &self.span {
+            None => self.given.as_ref().map(|(context, _)| context.clone()),
+            // Starts the span: its parent can no longer change.
+            Some(span) => context_of(
+                span,
+                self.given
+                    .as_ref()
+                    .and_then(|(context, _)| context.tracestate.clone()),
+            ),
+        };
+        self.stored = Some(stored.clone());
+        stored
+    }
 }
 
 /// The trace context of the delivery this task is receiving, for [`Delivery::new`]: the
 /// incoming one (tracing off) or the `intake.delivery` span's (tracing on); `None` outside an
 /// intake endpoint or when there is none.
 pub fn incoming() -> Option<TraceContext> {
-    INCOMING.try_with(Clone::clone).ok().flatten()
+    INCOMING
+        .try_with(|incoming| incoming.borrow_mut().stored())
+        .ok()
+        .flatten()
+}
+
+/// The hook for a structured-mode CloudEvent, whose `traceparent`/`tracestate` extension
+/// attributes are in its body: makes them the delivery's incoming context (the parent of its
+/// span, with tracing on) unless its headers already carried one. Call it before
+/// [`Delivery::new`]; an invalid `traceparent` is ignored. Whether it was adopted.
+pub fn adopt(traceparent: &str, tracestate: Option<&str>) -> bool {
+    INCOMING
+        .try_with(|incoming| {
+            let mut incoming = incoming.borrow_mut();
+            if incoming.given.is_some() || incoming.stored.is_some() {
+                return false;
+            }
+            let Some((context, parent)) = TraceContext::parse(traceparent, tracestate) else {
+                return false;
+            };
+            if let Some(span) = &incoming.span {
+                let _ = span.set_parent(remote(&parent, context.tracestate.as_deref()));
+            }
+            incoming.given = Some((context, parent));
+            true
+        })
+        .unwrap_or(false)
 }
 
 /// What an answer tells the delivery span, put on the response by the intake answer.
@@ -44,14 +103,17 @@ pub async fn traced_intake(source_kind: &'static str, request: Request, next: Ne
         "cloudevents" => &["ce-", ""],
         _ => &[""],
     };
-    let incoming = prefixes
+    let given = prefixes
         .iter()
         .find_map(|prefix| TraceContext::from_headers(request.headers(), prefix));
     if !enabled() {
-        return match incoming {
-            None => next.run(request).await,
-            Some((context, _)) => INCOMING.scope(Some(context), next.run(request)).await,
+        let incoming = Incoming {
+            given,
+            ..Incoming::default()
         };
+        return INCOMING
+            .scope(RefCell::new(incoming), next.run(request))
+            .await;
     }
     let source = source_name(request.uri().path());
     let span = tracing::info_span!(
@@ -65,14 +127,17 @@ pub async fn traced_intake(source_kind: &'static str, request: Request, next: Ne
         run.id = Empty,
         http.response.status_code = Empty,
     );
-    let tracestate = incoming
-        .as_ref()
-        .and_then(|(context, _)| context.tracestate.clone());
-    if let Some((_, parent)) = &incoming {
-        let _ = span.set_parent(remote(parent, tracestate.as_deref()));
+    if let Some((context, parent)) = &given {
+        let _ = span.set_parent(remote(parent, context.tracestate.as_deref()));
     }
-    let stored = context_of(&span, tracestate);
-    let response = INCOMING.scope(stored, next.run(request)).await;
+    let incoming = Incoming {
+        span: Some(span.clone()),
+        given,
+        stored: None,
+    };
+    let response = INCOMING
+        .scope(RefCell::new(incoming), next.run(request))
+        .await;
     if let Some(outcome) = response.extensions().get::<Outcome>() {
         span.record("outcome", outcome.as_str());
     }
@@ -225,7 +290,51 @@ fn remote(parent: &TraceParent, tracestate: Option<&str>) -> opentelemetry::Cont
 
 #[cfg(test)]
 mod tests {
-    use super::source_name;
+    use std::cell::RefCell;
+
+    use super::{INCOMING, Incoming, adopt, incoming, source_name};
+    use crate::telemetry::TraceContext;
+
+    const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const OTHER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+
+    #[tokio::test]
+    async fn a_cloudevents_body_context_is_adopted_unless_the_headers_gave_one() {
+        let from_body = INCOMING
+            .scope(RefCell::new(Incoming::default()), async {
+                let adopted = adopt(VALID, Some("congo=1"));
+                (adopted, incoming())
+            })
+            .await;
+        assert!(from_body.0);
+        let stored = from_body.1.expect("adopted");
+        assert_eq!(stored.traceparent, VALID);
+        assert_eq!(stored.tracestate.as_deref(), Some("congo=1"));
+
+        let headers = Incoming {
+            given: TraceContext::parse(OTHER, None),
+            ..Incoming::default()
+        };
+        let from_headers = INCOMING
+            .scope(RefCell::new(headers), async {
+                (adopt(VALID, None), incoming())
+            })
+            .await;
+        assert!(!from_headers.0, "the headers' context wins");
+        assert_eq!(from_headers.1.expect("kept").traceparent, OTHER);
+
+        let invalid = INCOMING
+            .scope(RefCell::new(Incoming::default()), async {
+                (adopt("00-zz", None), incoming())
+            })
+            .await;
+        assert_eq!(invalid, (false, None));
+        assert!(
+            !adopt(VALID, None),
+            "outside an intake request there is nothing to adopt"
+        );
+        assert_eq!(incoming(), None);
+    }
 
     #[test]
     fn source_names_come_from_the_path() {
