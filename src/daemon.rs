@@ -107,6 +107,9 @@ impl Daemon {
                 "server.listen or server.body_limit changed: they take effect at the next restart"
             );
         }
+        if old.config.telemetry != new.config.telemetry {
+            tracing::warn!("[telemetry] changed: it takes effect at the next restart");
+        }
         let live = Live::new(settings);
         store::workflows::sync(
             &self.state.db,

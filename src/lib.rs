@@ -16,5 +16,6 @@ mod retention;
 mod server;
 pub mod sources;
 pub mod store;
+pub mod telemetry;
 
 pub use daemon::{Daemon, run};

@@ -5,8 +5,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use switchyard::telemetry::Telemetry;
 use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// Turns work arriving on many channels into exactly one workflow run, or a named reason why not.
 // The intake path allocates many small, short-lived buffers; mimalloc cut CPU per answer by a
@@ -82,13 +85,21 @@ enum Command {
 /// load). Logging never blocks intake: when the queue is full (nobody reads stderr) lines are
 /// dropped and counted, and once lines get through again one says how many were lost. Lines
 /// still queued are written when the returned guard is dropped.
-fn init_logging(format: LogFormat) -> WorkerGuard {
+///
+/// With `telemetry`, the spans of `switchyard::telemetry` also go to its exporter.
+fn init_logging(format: LogFormat, telemetry: Option<&Telemetry>) -> WorkerGuard {
     // Lines queued for the log-writer thread before new ones are dropped.
     let queued_lines = std::env::var("SWITCHYARD_LOG_QUEUE_LINES")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(64 * 1024);
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    if telemetry.is_some() {
+        // The exported spans are not log lines: RUST_LOG=warn must not switch them off.
+        if let Ok(spans) = format!("{}=info", switchyard::telemetry::TARGET).parse() {
+            filter = filter.add_directive(spans);
+        }
+    }
     let (writer, guard) = NonBlockingBuilder::default()
         .lossy(true)
         .buffered_lines_limit(queued_lines)
@@ -98,13 +109,21 @@ fn init_logging(format: LogFormat) -> WorkerGuard {
     let _ = std::thread::Builder::new()
         .name("log-drops".into())
         .spawn(move || report_dropped_lines(dropped));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // The env filter is global (it gates every layer); the exporter's layer also filters by
+    // target, which only a registry-based subscriber supports.
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(writer);
+    let registry = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => registry
+            .with(lines)
+            .with(telemetry.map(|t| t.layer()))
+            .init(),
+        LogFormat::Json => registry
+            .with(lines.json())
+            .with(telemetry.map(|t| t.layer()))
+            .init(),
     }
     guard
 }
@@ -138,7 +157,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         };
     }
-    let log_writer = init_logging(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -146,6 +164,27 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The exporter's layer is part of the subscriber from the first line on, so it is read
+    // from the config file before logging starts (`serve` reads and checks the file again).
+    let telemetry = match &cli.command {
+        Command::Serve { config, .. } => {
+            match Telemetry::from_config_file(config, runtime.handle().clone()) {
+                Ok(telemetry) => telemetry,
+                Err(error) => {
+                    eprintln!("error: cannot set up the span exporter: {error:#}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        _ => None,
+    };
+    let log_writer = init_logging(cli.log_format, telemetry.as_ref());
+    if let Some(telemetry) = &telemetry {
+        tracing::info!(
+            endpoint = telemetry.endpoint(),
+            "exporting spans over OTLP/HTTP"
+        );
+    }
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve { config, no_migrate } => {
@@ -156,6 +195,9 @@ fn main() -> ExitCode {
             Command::Check { .. } => Ok(()),
         }
     });
+    if let Some(telemetry) = telemetry {
+        runtime.block_on(telemetry.shutdown());
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -23,5 +23,6 @@ mod e2e {
     mod spine;
     mod sqlite;
     mod systemd;
+    mod traces;
     mod webhook;
 }

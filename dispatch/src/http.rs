@@ -100,12 +100,16 @@ impl HttpTransport {
             let signature = signature::sign(&self.signing_keys, out.id, timestamp, out.body);
             request = request.header("webhook-signature", signature);
         }
-        if let Some(traceparent) = out.traceparent {
-            // A malformed traceparent must not cost the delivery.
-            match HeaderValue::from_str(traceparent) {
-                Ok(value) => request = request.header("traceparent", value),
+        for (name, value) in [
+            ("traceparent", out.traceparent),
+            ("tracestate", out.tracestate),
+        ] {
+            let Some(value) = value else { continue };
+            // A malformed trace header must not cost the delivery.
+            match HeaderValue::from_str(value) {
+                Ok(value) => request = request.header(name, value),
                 Err(error) => {
-                    tracing::warn!(%error, id = out.id, "The traceparent is not a valid header value; sending without it.")
+                    tracing::warn!(%error, id = out.id, header = name, "A trace header is not a valid header value; sending without it.")
                 }
             }
         }

@@ -62,6 +62,9 @@ pub struct RunMessage {
     /// W3C trace context, the CloudEvents distributed-tracing extension.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub traceparent: Option<String>,
+    /// W3C `tracestate` that goes with `traceparent` (same extension).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tracestate: Option<String>,
     /// The run and its event.
     pub data: RunData,
 }
@@ -88,6 +91,7 @@ impl RunMessage {
             time: rfc3339_ms(time_ms),
             datacontenttype: "application/json".to_owned(),
             traceparent,
+            tracestate: None,
             data: RunData { run, event },
         }
     }

@@ -148,6 +148,9 @@ impl NatsTransport {
         if let Some(traceparent) = out.traceparent {
             headers.insert("traceparent", traceparent);
         }
+        if let Some(tracestate) = out.tracestate {
+            headers.insert("tracestate", tracestate);
+        }
         let subject = self.subject_for(out.tenant_id, out.workflow_id);
         let ack = self
             .jetstream

@@ -23,6 +23,8 @@ pub struct Outbound<'a> {
     pub body: &'a [u8],
     /// W3C `traceparent`, sent as a header when present.
     pub traceparent: Option<&'a str>,
+    /// W3C `tracestate`, sent as a header with the `traceparent` when present.
+    pub tracestate: Option<&'a str>,
 }
 
 /// How one attempt ended.

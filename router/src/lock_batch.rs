@@ -204,6 +204,9 @@ impl LockBatch {
             created_at: now,
             updated_at: now,
             finished_at: None,
+            // Set by the caller from its delivery (the router never sees one).
+            traceparent: None,
+            tracestate: None,
         });
         Decision::Routed {
             run_id,
@@ -464,6 +467,8 @@ mod tests {
             created_at: 0,
             updated_at: 0,
             finished_at: Some(1),
+            traceparent: None,
+            tracestate: None,
         };
         let cases = [
             ("released", lease("E", None, 4, NOW - 1), Ok(5)),

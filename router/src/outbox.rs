@@ -924,7 +924,8 @@ async fn reset_lapsed_claims(db: &DatabaseConnection, now: Millis) -> Result<u64
 pub enum Redispatched {
     /// The run holds its entity again and its dispatch is pending under the same id.
     Queued {
-        run: run::Model,
+        /// Boxed: a run row is much larger than the other variant.
+        run: Box<run::Model>,
         dispatch_id: String,
     },
     /// Another active run holds the entity.
@@ -1006,7 +1007,7 @@ pub async fn redispatch(
     run.updated_at = now;
     run.finished_at = None;
     Ok(Redispatched::Queued {
-        run,
+        run: Box::new(run),
         dispatch_id: dispatch.id,
     })
 }

@@ -4,6 +4,7 @@
 mod retention;
 mod sources;
 mod targets;
+mod telemetry;
 mod workflows;
 
 use std::collections::HashSet;
@@ -20,6 +21,7 @@ pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
     ResolvedTarget, TargetConfig,
 };
+pub use telemetry::{OtlpEndpoint, TelemetryConfig};
 pub use workflows::WorkflowConfig;
 
 /// The whole file.
@@ -44,6 +46,9 @@ pub struct Config {
     /// How long the ledger, raw deliveries and finished runs are kept.
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// OpenTelemetry trace export (off unless `otlp_endpoint` is set).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
 }
 
 /// `[server]`.

@@ -10,6 +10,7 @@ use switchyard_router::outbox::ClaimedRun;
 use switchyard_router::{Millis, millis_rfc3339};
 
 use crate::store::entities::intake;
+use crate::telemetry::DispatchSpan;
 
 /// What a run message carries from the ledger: the event and the revision that routed it.
 #[derive(Debug, Clone)]
@@ -62,8 +63,14 @@ fn event_of(row: intake::Model) -> Option<Event> {
     })
 }
 
-/// The `switchyard.run.start` message for one claimed dispatch.
-pub fn run_start(claimed: &ClaimedRun, routed: Routed, now: Millis) -> RunMessage {
+/// The `switchyard.run.start` message for one claimed dispatch, carrying `trace` as its
+/// CloudEvents distributed-tracing extension.
+pub fn run_start(
+    claimed: &ClaimedRun,
+    routed: Routed,
+    now: Millis,
+    trace: &DispatchSpan,
+) -> RunMessage {
     let run = &claimed.run;
     let info = RunInfo {
         id: run.id.clone(),
@@ -76,12 +83,14 @@ pub fn run_start(claimed: &ClaimedRun, routed: Routed, now: Millis) -> RunMessag
         intake_id: run.intake_id.clone(),
         attempt: u32::try_from(claimed.dispatch.attempts).unwrap_or(0),
     };
-    RunMessage::run_start(
+    let mut message = RunMessage::run_start(
         &claimed.dispatch.id,
         &format!("/switchyard/workflows/{}", run.workflow_id),
         now,
         info,
         routed.event,
-        None,
-    )
+        trace.traceparent.clone(),
+    );
+    message.tracestate = trace.tracestate.clone();
+    message
 }

@@ -23,6 +23,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
 use crate::background::Background;
 use crate::live::LiveConfig;
+use crate::telemetry::DispatchSpan;
 use transports::{PushTarget, Transports};
 
 /// Wake-ups from the intake writers: a commit created runs.
@@ -154,7 +155,7 @@ async fn run(
             match claim(&db, target, &owner, free).await {
                 Ok(claimed) => {
                     more |= claimed.len() == free;
-                    for (claimed, message) in claimed {
+                    for (claimed, message, trace) in claimed {
                         let Ok(permit) = in_flight.clone().acquire_owned().await else {
                             break;
                         };
@@ -167,7 +168,7 @@ async fn run(
                         let owner = owner.clone();
                         let wake = wake.clone();
                         tokio::spawn(async move {
-                            let recorded = deliver(&target, claimed, message, owner).await;
+                            let recorded = deliver(&target, claimed, message, trace, owner).await;
                             let _ = records.send(recorded).await;
                             drop(target_permit);
                             drop(permit);
@@ -224,13 +225,14 @@ async fn keep_alive(db: DatabaseConnection, mut stopped: watch::Receiver<bool>) 
     }
 }
 
-/// Claims due dispatches of one push target and builds their messages.
+/// Claims due dispatches of one push target and builds their messages, each in the trace of
+/// its run (with tracing on, the message names its attempt's span).
 async fn claim(
     db: &DatabaseConnection,
     target: &PushTarget,
     owner: &str,
     limit: usize,
-) -> anyhow::Result<Vec<(ClaimedRun, Vec<u8>)>> {
+) -> anyhow::Result<Vec<(ClaimedRun, Vec<u8>, DispatchSpan)>> {
     let now = now_millis();
     let claim_until = now.saturating_add(millis(target.claim_for));
     let claimed =
@@ -244,8 +246,9 @@ async fn claim(
                 tracing::error!(run_id = %claimed.run.id, intake_id = %claimed.run.intake_id, "a routed run has no ledger event; it stays pending");
                 return None;
             };
-            let body = message::run_start(&claimed, routed, now).to_json();
-            Some((claimed, body))
+            let trace = DispatchSpan::start(&claimed.run, &target.name, claimed.dispatch.attempts);
+            let body = message::run_start(&claimed, routed, now, &trace).to_json();
+            Some((claimed, body, trace))
         })
         .collect())
 }
@@ -255,6 +258,7 @@ async fn deliver(
     target: &PushTarget,
     claimed: ClaimedRun,
     body: Vec<u8>,
+    trace: DispatchSpan,
     owner: String,
 ) -> Recorded {
     let started_at = now_millis();
@@ -265,7 +269,8 @@ async fn deliver(
             tenant_id: &claimed.run.tenant_id,
             workflow_id: &claimed.run.workflow_id,
             body: &body,
-            traceparent: None,
+            traceparent: trace.traceparent.as_deref(),
+            tracestate: trace.tracestate.as_deref(),
         })
         .await;
     let failed_attempts = u32::try_from(claimed.dispatch.attempts).unwrap_or(u32::MAX);
@@ -304,6 +309,7 @@ async fn deliver(
         error = attempt.error.as_deref(),
         "dispatch attempt"
     );
+    trace.finish(&result, attempt.status);
     Recorded {
         claimed,
         owner,

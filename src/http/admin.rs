@@ -90,6 +90,11 @@ struct IntakeView {
     config_revision: String,
     received_at: String,
     decided_at: String,
+    /// The W3C trace context stored with the delivery (absent when it had none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracestate: Option<String>,
 }
 
 impl IntakeView {
@@ -126,6 +131,8 @@ impl IntakeView {
             workflow_id: row.workflow_id,
             held_by_run_id: row.held_by_run_id,
             config_revision: row.config_revision,
+            traceparent: row.traceparent,
+            tracestate: row.tracestate,
         }
     }
 }

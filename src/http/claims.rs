@@ -18,6 +18,7 @@ use switchyard_router::outbox::{self, ClaimError, ClaimedRun, PullClaim, PullTar
 use super::{ApiError, AppState, millis_to_rfc3339};
 use crate::config::ResolvedTarget;
 use crate::dispatcher::message;
+use crate::telemetry::DispatchSpan;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -117,7 +118,15 @@ async fn claim_views(state: &AppState, claims: Vec<PullClaim>) -> Result<Vec<Val
             tracing::error!(run_id = %claim.claimed.run.id, "a claimed run has no ledger event");
             continue;
         };
-        let run_message = message::run_start(&claim.claimed, routed, now);
+        // A claim is the pull target's dispatch attempt: with tracing on, the worker's spans
+        // become children of its span.
+        let trace = DispatchSpan::start(
+            &claim.claimed.run,
+            &claim.claimed.dispatch.target,
+            claim.claimed.dispatch.attempts,
+        );
+        let run_message = message::run_start(&claim.claimed, routed, now, &trace);
+        trace.finish("claimed", None);
         tracing::info!(run_id = %claim.claimed.run.id, dispatch_id = %claim.claimed.dispatch.id, attempt = claim.claimed.dispatch.attempts, "run claimed by a pull worker");
         views.push(json!({
             "token": claim.token,

@@ -43,20 +43,28 @@ pub fn respond(answer: Answer, style: Style) -> Response {
         (outcome, _) => outcome,
     };
     let outcome = answer.outcome;
+    let ids = crate::telemetry::enabled().then(|| crate::telemetry::spans::AnswerIds {
+        intake_id: answer.intake_id.clone(),
+        run_id: answer.run_id.clone(),
+    });
     let mut response = (status_of(decided, style), Json(answer)).into_response();
     response.extensions_mut().insert(outcome);
+    if let Some(ids) = ids {
+        response.extensions_mut().insert(ids);
+    }
     response
 }
 
 /// Counts every answer of an intake endpoint of `source_kind` (its outcome, or a 503) and
-/// how long it took.
+/// how long it took; reads the delivery's trace context and, with tracing on, wraps it in its
+/// `intake.delivery` span (`telemetry::traced_intake`).
 pub async fn measured(
     source_kind: &'static str,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let started = std::time::Instant::now();
-    let response = next.run(request).await;
+    let response = crate::telemetry::traced_intake(source_kind, request, next).await;
     let outcome = response.extensions().get::<Outcome>().copied();
     if outcome.is_some() || response.status() == StatusCode::SERVICE_UNAVAILABLE {
         crate::metrics::metrics().delivery(source_kind, outcome, started.elapsed());

@@ -49,6 +49,11 @@ struct RunView {
     created_at: String,
     updated_at: String,
     finished_at: Option<String>,
+    /// The W3C trace context the run's dispatches carry (absent when it has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracestate: Option<String>,
 }
 
 impl From<run::Model> for RunView {
@@ -65,6 +70,8 @@ impl From<run::Model> for RunView {
             status: run.status,
             fencing_token: run.fencing_token,
             lock_ttl_ms: run.lock_ttl_ms,
+            traceparent: run.traceparent,
+            tracestate: run.tracestate,
         }
     }
 }
@@ -231,7 +238,7 @@ async fn redispatch(
         Redispatched::Queued { run, dispatch_id } => {
             state.wake.runs_created();
             tracing::info!(run_id = %run.id, %dispatch_id, fencing_token = run.fencing_token, "dead-lettered run redispatched");
-            let mut view = serde_json::to_value(RunView::from(run)).unwrap_or_default();
+            let mut view = serde_json::to_value(RunView::from(*run)).unwrap_or_default();
             view["dispatch_id"] = json!(dispatch_id);
             Ok((StatusCode::OK, Json(view)))
         }

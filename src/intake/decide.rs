@@ -199,7 +199,8 @@ pub(super) fn decide(
         answers.push(answer);
         ledger.push(row);
     }
-    let locks = locks.into_changes();
+    let mut locks = locks.into_changes();
+    carry_trace(&mut locks, deliveries);
     let (dispatches, history) = outbox(&locks, live, now);
     Decided {
         answers,
@@ -209,6 +210,23 @@ pub(super) fn decide(
         locks,
         dispatches,
         history,
+    }
+}
+
+/// Each new run carries the trace context of the delivery that caused it.
+fn carry_trace(locks: &mut LockChanges, deliveries: &[&Delivery]) {
+    if deliveries.iter().all(|d| d.trace.is_none()) {
+        return;
+    }
+    let traces: HashMap<String, &crate::telemetry::TraceContext> = deliveries
+        .iter()
+        .filter_map(|d| Some((d.intake_id.to_string(), d.trace.as_ref()?)))
+        .collect();
+    for run in &mut locks.new_runs {
+        if let Some(trace) = traces.get(&run.intake_id) {
+            run.traceparent = Some(trace.traceparent.clone());
+            run.tracestate = trace.tracestate.clone();
+        }
     }
 }
 
@@ -344,6 +362,8 @@ fn ledger_row(
         config_revision: live.revision().to_owned(),
         received_at: delivery.received_at,
         decided_at: now,
+        traceparent: delivery.trace.as_ref().map(|t| t.traceparent.clone()),
+        tracestate: delivery.trace.as_ref().and_then(|t| t.tracestate.clone()),
     }
 }
 

@@ -55,6 +55,8 @@ pub struct Delivery {
     /// as several deliveries (Slack's `message` and `app_mention`): the first delivery that
     /// routes claims it, and later ones are `duplicate`s of that one.
     pub message_key: Option<String>,
+    /// The W3C trace context to store on the ledger row and the run (`telemetry::incoming`).
+    pub trace: Option<crate::telemetry::TraceContext>,
 }
 
 /// Original bytes of a delivery.
@@ -105,6 +107,7 @@ impl Delivery {
             body,
             cursor: None,
             message_key: None,
+            trace: crate::telemetry::incoming(),
         }
     }
 

@@ -212,10 +212,11 @@ WITH created AS ( \
         updated_at = excluded.updated_at \
 ), new_runs AS ( \
     INSERT INTO runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, \
-                      fencing_token, lock_ttl_ms, created_at, updated_at, finished_at) \
+                      fencing_token, lock_ttl_ms, created_at, updated_at, finished_at, \
+                      traceparent, tracestate) \
     SELECT * FROM UNNEST($13::text[], $14::text[], $15::text[], $16::text[], $17::text[], \
                          $18::text[], $19::int8[], $20::int8[], $21::int8[], $22::int8[], \
-                         $23::int8[]) \
+                         $23::int8[], $69::text[], $70::text[]) \
 ), raw AS ( \
     INSERT INTO raw_deliveries (id, source, content_type, body, received_at) \
     SELECT * FROM UNNEST($24::text[], $25::text[], $26::text[], $27::bytea[], $28::int8[]) \
@@ -237,11 +238,12 @@ WITH created AS ( \
 ) \
 INSERT INTO intake (id, source, delivery_id, outcome, detail, channel, event_type, tenant_id, \
                     target_entity_id, payload, raw_ref, run_id, workflow_id, held_by_run_id, \
-                    message_key, config_revision, received_at, decided_at) \
+                    message_key, config_revision, received_at, decided_at, traceparent, \
+                    tracestate) \
 SELECT * FROM UNNEST($34::text[], $35::text[], $36::text[], $37::text[], $38::text[], \
                      $39::text[], $40::text[], $41::text[], $42::text[], $43::text[], \
                      $44::text[], $45::text[], $46::text[], $47::text[], $48::text[], \
-                     $49::text[], $50::int8[], $51::int8[])";
+                     $49::text[], $50::int8[], $51::int8[], $71::text[], $72::text[])";
 
 /// Active runs whose expired lease another run took over (and their pending dispatches). Rare, so planned with its values each
 /// time ([`CUSTOM_PLANS`]): a generic plan could scan every queued run by the status index.
@@ -334,6 +336,10 @@ async fn write(
         .bind(take(&mut history, |h| std::mem::take(&mut h.cause)))
         .bind(take(&mut history, |h| h.detail.take()))
         .bind(take(&mut history, |h| h.at))
+        .bind(take(&mut runs, |r| r.traceparent.take()))
+        .bind(take(&mut runs, |r| r.tracestate.take()))
+        .bind(take(&mut ledger, |r| r.traceparent.take()))
+        .bind(take(&mut ledger, |r| r.tracestate.take()))
         .execute(&mut **txn)
         .await
         .map_err(db_err)?;

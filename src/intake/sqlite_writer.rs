@@ -113,6 +113,7 @@ fn run(
 fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>, signals: &Signals) {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
+    let _span = crate::telemetry::batch_commit(&deliveries);
     match commit_with_retries(conn, live, &deliveries) {
         Ok(committed) => {
             crate::metrics::metrics().batch(committed.answers.len(), started.elapsed());
@@ -205,7 +206,7 @@ fn commit_batch(
 
 const INTAKE_COLUMNS: &str = "id, source, delivery_id, outcome, detail, channel, event_type, \
      tenant_id, target_entity_id, payload, raw_ref, run_id, workflow_id, held_by_run_id, \
-     message_key, config_revision, received_at, decided_at";
+     message_key, config_revision, received_at, decided_at, traceparent, tracestate";
 const BY_DELIVERY: &str = "delivery_id = ?1 AND source = ?2";
 const BY_MESSAGE: &str = "message_key = ?1 AND source = ?2";
 
@@ -294,8 +295,8 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
     each(
         txn,
         "INSERT INTO runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, \
-         fencing_token, lock_ttl_ms, created_at, updated_at, finished_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         fencing_token, lock_ttl_ms, created_at, updated_at, finished_at, traceparent, \
+         tracestate) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         &locks.new_runs,
         |insert, run| {
             insert.execute(params![
@@ -310,6 +311,8 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
                 run.created_at,
                 run.updated_at,
                 run.finished_at,
+                run.traceparent,
+                run.tracestate,
             ])
         },
     )?;
@@ -392,7 +395,8 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
         txn,
         &format!(
             "INSERT INTO intake ({INTAKE_COLUMNS}) VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+             ?19, ?20)"
         ),
         &decided.ledger,
         |insert, row| {
@@ -415,6 +419,8 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
                 row.config_revision,
                 row.received_at,
                 row.decided_at,
+                row.traceparent,
+                row.tracestate,
             ])
         },
     )?;

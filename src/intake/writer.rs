@@ -68,7 +68,10 @@ pub(super) async fn run(
 async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, signals: &Signals) {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
-    match commit_with_retries(store, live, &deliveries).await {
+    let span = crate::telemetry::batch_commit(&deliveries);
+    let committed = commit_with_retries(store, live, &deliveries).await;
+    drop(span);
+    match committed {
         Ok(committed) => {
             crate::metrics::metrics().batch(committed.answers.len(), started.elapsed());
             tracing::debug!(

@@ -108,6 +108,7 @@ fn outbound(id: &str) -> Outbound<'_> {
         workflow_id: "triage",
         body: BODY,
         traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        tracestate: Some("congo=t61rcWkgMzE"),
     }
 }
 
@@ -156,6 +157,7 @@ async fn signed_post_with_stable_id_across_attempts() {
             header(h, "traceparent"),
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
         );
+        assert_eq!(header(h, "tracestate"), "congo=t61rcWkgMzE");
         assert!(header(h, "user-agent").starts_with("switchyard/"), "{h:?}");
         let ts = header(h, "webhook-timestamp");
         let ts_num: i64 = ts.parse().unwrap();
@@ -181,6 +183,7 @@ async fn unsigned_target_sends_no_signature() {
     let attempt = transport
         .deliver(Outbound {
             traceparent: None,
+            tracestate: None,
             ..outbound("dsp_unsigned")
         })
         .await;

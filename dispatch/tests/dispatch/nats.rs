@@ -66,6 +66,7 @@ fn outbound(id: &str) -> Outbound<'_> {
         workflow_id: "triage",
         body: BODY,
         traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        tracestate: Some("congo=t61rcWkgMzE"),
     }
 }
 
@@ -144,6 +145,7 @@ async fn delivers_once_and_dedupes_by_id() {
         header("traceparent"),
         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     );
+    assert_eq!(header("tracestate"), "congo=t61rcWkgMzE");
     assert_eq!(header("Content-Type"), "application/cloudevents+json");
 }
 
@@ -168,6 +170,7 @@ async fn concurrent_deliveries_all_land() {
                         workflow_id: &workflow,
                         body: BODY,
                         traceparent: None,
+                        tracestate: None,
                     })
                     .await
             })

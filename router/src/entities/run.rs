@@ -94,6 +94,11 @@ pub struct Model {
     pub created_at: i64,
     pub updated_at: i64,
     pub finished_at: Option<i64>,
+    /// W3C `traceparent` of the delivery that caused the run (its intake span when tracing
+    /// is on); every dispatch of the run carries its trace on.
+    pub traceparent: Option<String>,
+    /// W3C `tracestate` that came with it, unchanged.
+    pub tracestate: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

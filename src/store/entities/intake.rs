@@ -27,6 +27,10 @@ pub struct Model {
     pub config_revision: String,
     pub received_at: i64,
     pub decided_at: i64,
+    /// W3C `traceparent` the delivery arrived with, or its intake span's when tracing is on.
+    pub traceparent: Option<String>,
+    /// W3C `tracestate` the delivery arrived with, unchanged.
+    pub tracestate: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
