@@ -104,6 +104,13 @@ async fn ingest(
             },
         ),
         Ok(event) => {
+            // A structured event carries its trace context as extension attributes in the body
+            // (binary mode's `ce-traceparent` header was read on the way in).
+            if let Some(traceparent) = event.extensions.get("traceparent").and_then(|v| v.as_str())
+            {
+                let tracestate = event.extensions.get("tracestate").and_then(|v| v.as_str());
+                crate::telemetry::adopt(traceparent, tracestate);
+            }
             match switchyard_cloudevents::normalize(&event, config, &Delivery::raw_ref(intake_id)) {
                 Ok(normalized) => Delivery::new(
                     intake_id,

@@ -360,3 +360,51 @@ async fn refusals_have_their_status_and_leave_the_ledger_as_it_was_or_record_why
         db.drop_database().await;
     }
 }
+
+/// The trace context arrives as `ce-traceparent` in binary mode and as extension attributes in
+/// structured mode; either way the ledger row and the run carry it (telemetry off: as sent).
+#[tokio::test]
+async fn the_trace_context_of_either_mode_is_stored_on_the_ledger_row_and_run() {
+    let db = TestDb::create(super::harness::Backend::Sqlite)
+        .await
+        .expect("sqlite");
+    let daemon = start(&db).await;
+    let binary_parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (_, binary) = Request::binary("trace-1", Some("TCK-T1"), &json!({}))
+        .with("ce-traceparent", binary_parent)
+        .with("ce-tracestate", "vendor=binary")
+        .signed()
+        .send(&daemon)
+        .await;
+    assert_eq!(binary["outcome"], "routed", "{binary}");
+
+    let structured_parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let mut event: Value = serde_json::from_str(STRUCTURED).expect("fixture");
+    event["id"] = json!("trace-2");
+    event["subject"] = json!("TCK-T2");
+    event["traceparent"] = json!(structured_parent);
+    event["tracestate"] = json!("vendor=structured");
+    let (_, structured) = Request::structured(&event.to_string())
+        .signed()
+        .send(&daemon)
+        .await;
+    assert_eq!(structured["outcome"], "routed", "{structured}");
+
+    for (answer, parent, state) in [
+        (&binary, binary_parent, "vendor=binary"),
+        (&structured, structured_parent, "vendor=structured"),
+    ] {
+        let intake_id = answer["intake_id"].as_str().expect("intake_id");
+        let ledger = daemon.intake("source=publisher").await;
+        let row = ledger
+            .iter()
+            .find(|row| row["id"] == intake_id)
+            .expect("the delivery's ledger row");
+        assert_eq!(row["traceparent"], parent, "{row}");
+        assert_eq!(row["tracestate"], state, "{row}");
+        let run = daemon.get(&format!("/v1/runs/{}", run_id(answer))).await;
+        assert_eq!(run["traceparent"], parent, "{run}");
+        assert_eq!(run["tracestate"], state, "{run}");
+    }
+    daemon.stop();
+}
