@@ -4,7 +4,9 @@
 mod background;
 pub mod commands;
 pub mod config;
+mod console;
 mod daemon;
+pub mod explain;
 pub mod dispatcher;
 pub mod http;
 pub mod intake;

@@ -4,9 +4,12 @@
 mod e2e {
     pub mod harness;
 
+    mod access;
+    mod browser;
     mod chaos;
     mod cli;
     mod concurrency;
+    mod console;
     mod dispatch;
     mod email;
     mod hardening;
@@ -17,6 +20,7 @@ mod e2e {
     mod pull;
     mod reload;
     mod retention;
+    mod revisions;
     mod slack;
     mod spine;
     mod sqlite;

@@ -4,6 +4,7 @@
 mod retention;
 mod sources;
 mod targets;
+mod tokens;
 mod workflows;
 
 use std::collections::HashSet;
@@ -20,6 +21,7 @@ pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
     ResolvedTarget, TargetConfig,
 };
+pub use tokens::{API_TOKEN_NAME, ResolvedToken, Scope, TokenConfig, resolve as resolve_tokens};
 pub use workflows::WorkflowConfig;
 
 /// The whole file.
@@ -44,6 +46,9 @@ pub struct Config {
     /// How long the ledger, raw deliveries and finished runs are kept.
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// Scoped bearer tokens for the admin API and the console.
+    #[serde(default, rename = "token")]
+    pub tokens: Vec<TokenConfig>,
 }
 
 /// `[server]`.
@@ -370,6 +375,7 @@ impl Config {
             );
         }
         problems.extend(self.retention.problems());
+        problems.extend(tokens::problems(&self.tokens));
         if self.database.writers == Some(0) {
             problems.push("database.writers must be at least 1".into());
         }
@@ -430,6 +436,8 @@ pub fn process_env(name: &str) -> Option<String> {
 pub struct Settings {
     pub loaded: LoadedConfig,
     pub api_token: String,
+    /// The `[[token]]` entries with their secrets (the API token is not among them).
+    pub tokens: Vec<ResolvedToken>,
     pub sources: Vec<ResolvedSource>,
     /// Every target in force ([`LoadedConfig::targets`]) with its secrets.
     pub targets: Vec<ResolvedTarget>,
@@ -445,6 +453,8 @@ impl Settings {
                  and /v1/events need a bearer token"
             ))
         })?;
+        let tokens = tokens::resolve(&loaded.config.tokens, &api_token, env)
+            .map_err(|problems| ConfigError::Invalid(problems.join("\n")))?;
         let sources = loaded
             .config
             .sources
@@ -461,6 +471,7 @@ impl Settings {
         Ok(Self {
             loaded,
             api_token,
+            tokens,
             sources,
             targets,
         })
