@@ -213,7 +213,10 @@ async fn record_revision(
     let content = store::revisions::RevisionContent::of(&live.settings);
     let now = switchyard_router::now_millis();
     if store::revisions::record(db, live.revision(), &content, now).await? {
-        tracing::info!(config_revision = live.revision(), "config revision recorded");
+        tracing::info!(
+            config_revision = live.revision(),
+            "config revision recorded"
+        );
     }
     Ok(())
 }

@@ -129,9 +129,18 @@ mod tests {
                 ("retired", None)
             ]
         );
-        assert_eq!(explained.winner().map(|c| c.workflow_id.as_str()), Some("triage"));
+        assert_eq!(
+            explained.winner().map(|c| c.workflow_id.as_str()),
+            Some("triage")
+        );
         assert!(!explained.tie);
-        let other = explain("r", &workflows, "globex", Channel::Webhook, "ticket.created");
+        let other = explain(
+            "r",
+            &workflows,
+            "globex",
+            Channel::Webhook,
+            "ticket.created",
+        );
         assert!(other.candidates.is_empty() && other.winner().is_none());
     }
 }

@@ -320,7 +320,8 @@ pub async fn held_locks_of<C: ConnectionTrait>(
         if tenants.is_empty() {
             return Ok(Vec::new());
         }
-        query = query.filter(entity_lock::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
+        query =
+            query.filter(entity_lock::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
     }
     query.all(db).await
 }

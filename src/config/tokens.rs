@@ -124,9 +124,10 @@ pub fn problems(tokens: &[TokenConfig]) -> Vec<String> {
                 "token `{}` has an empty `tenants` list (leave it out for every tenant)",
                 token.name
             )),
-            Some(tenants) if tenants.iter().any(|t| t.trim().is_empty()) => problems.push(
-                format!("token `{}` lists a blank tenant in `tenants`", token.name),
-            ),
+            Some(tenants) if tenants.iter().any(|t| t.trim().is_empty()) => problems.push(format!(
+                "token `{}` lists a blank tenant in `tenants`",
+                token.name
+            )),
             _ => {}
         }
     }
@@ -201,9 +202,15 @@ mod tests {
             token(API_TOKEN_NAME, "D", &[Scope::Read]),
         ]);
         let text = found.join("\n");
-        assert!(text.contains("token `a` is defined more than once"), "{text}");
+        assert!(
+            text.contains("token `a` is defined more than once"),
+            "{text}"
+        );
         assert!(text.contains("token `b` has no `scopes`"), "{text}");
-        assert!(text.contains("token `c` has an empty `tenants` list"), "{text}");
+        assert!(
+            text.contains("token `c` has an empty `tenants` list"),
+            "{text}"
+        );
         assert!(text.contains("`api_token` is reserved"), "{text}");
     }
 
@@ -227,9 +234,21 @@ mod tests {
         )
         .expect_err("refused");
         let text = errors.join("\n");
-        assert!(text.contains("tokens `a` and `b` have the same secret"), "{text}");
-        assert!(text.contains("token `c` has the same secret as server.api_token_env"), "{text}");
-        assert!(text.contains("secret_env names `D`, which is not set"), "{text}");
-        assert!(!text.contains("same-secret") && !text.contains("api-secret"), "{text}");
+        assert!(
+            text.contains("tokens `a` and `b` have the same secret"),
+            "{text}"
+        );
+        assert!(
+            text.contains("token `c` has the same secret as server.api_token_env"),
+            "{text}"
+        );
+        assert!(
+            text.contains("secret_env names `D`, which is not set"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("same-secret") && !text.contains("api-secret"),
+            "{text}"
+        );
     }
 }

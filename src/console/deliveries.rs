@@ -2,15 +2,15 @@
 //! delivery id, time range) and a cursor; one delivery with its outcome in words and the
 //! decision explained step by step against the revision that made it.
 
+use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
-use axum::Router;
 use serde::Deserialize;
 use switchyard_core::{Channel, Outcome, WorkflowStatus};
-use switchyard_router::runs as lifecycle;
 use switchyard_router::now_millis;
+use switchyard_router::runs as lifecycle;
 
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, PAGE, given, query_string, render, stamp};
@@ -99,8 +99,12 @@ async fn list(
             .parse::<Outcome>()
             .map_err(|e| ConsoleError::new(StatusCode::BAD_REQUEST, &e))?;
     }
-    let since = given(&q.since).map(|t| parse_time("since", t)).transpose()?;
-    let until = given(&q.until).map(|t| parse_time("until", t)).transpose()?;
+    let since = given(&q.since)
+        .map(|t| parse_time("since", t))
+        .transpose()?;
+    let until = given(&q.until)
+        .map(|t| parse_time("until", t))
+        .transpose()?;
     let tenants = viewer.principal.tenant_filter(given(&q.tenant));
     let rows = ledger::list(
         &state.db,
@@ -279,9 +283,7 @@ async fn one(
                         "Decided under config revision {} (in force {} to {}).",
                         revision.hash,
                         stamp(revision.in_force_from),
-                        revision
-                            .in_force_until
-                            .map_or("now".to_owned(), stamp)
+                        revision.in_force_until.map_or("now".to_owned(), stamp)
                     );
                     if let Ok(channel) = channel.parse::<Channel>() {
                         let workflows = revision.content.domain_workflows();
@@ -388,8 +390,9 @@ async fn one(
         }
         None => String::new(),
     };
-    let (raw_text, raw_note) = if revealed {
-        match ledger::raw(&state.db, &row.id).await? {
+    let (raw_text, raw_note) =
+        if revealed {
+            match ledger::raw(&state.db, &row.id).await? {
             Some(raw) => {
                 const SHOWN: usize = 64 * 1024;
                 let text = String::from_utf8_lossy(&raw.body[..raw.body.len().min(SHOWN)])
@@ -408,9 +411,9 @@ async fn one(
                     .into(),
             ),
         }
-    } else {
-        (String::new(), String::new())
-    };
+        } else {
+            (String::new(), String::new())
+        };
     let facts = vec![
         ("Outcome", row.outcome.clone()),
         ("Tenant", tenant.clone()),
@@ -507,9 +510,7 @@ fn sentence(
                     "entity_locked: run {held} of workflow {workflow} held {entity} (it released it at {} UTC)",
                     super::clock(finished)
                 ),
-                _ => format!(
-                    "entity_locked: run {held} of workflow {workflow} held {entity}"
-                ),
+                _ => format!("entity_locked: run {held} of workflow {workflow} held {entity}"),
             }
         }
         "no_trigger_match" => format!(

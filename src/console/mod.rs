@@ -15,10 +15,10 @@ pub mod session;
 mod sources;
 mod workflows;
 
+use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
-use axum::Router;
 
 use crate::http::{ApiError, AppState};
 
@@ -112,7 +112,11 @@ pub fn render<T: askama::Template>(template: &T) -> Response {
         Ok(html) => Html(html).into_response(),
         Err(error) => {
             tracing::error!(%error, "console template failed to render");
-            (StatusCode::INTERNAL_SERVER_ERROR, "the page could not be rendered").into_response()
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the page could not be rendered",
+            )
+                .into_response()
         }
     }
 }

@@ -235,7 +235,10 @@ async fn one(
                 ("Series", d.series.to_string()),
                 ("Attempts", d.attempts.to_string()),
                 ("Due", format!("{} UTC", stamp(d.due_at))),
-                ("Claimed", if d.claimed_by.is_some() { "yes" } else { "no" }.into()),
+                (
+                    "Claimed",
+                    if d.claimed_by.is_some() { "yes" } else { "no" }.into(),
+                ),
                 ("Reason", d.reason.clone().unwrap_or_default()),
                 ("Last error", d.last_error.clone().unwrap_or_default()),
                 (
@@ -317,8 +320,7 @@ async fn finish(
     viewer.require(Scope::RunsWrite)?;
     let run = visible_run(&state, &viewer.principal, &id).await?;
     let status = parse_status(&form.status)?;
-    let finished =
-        finish_run(&state, &viewer.principal, &id, run.fencing_token, status).await?;
+    let finished = finish_run(&state, &viewer.principal, &id, run.fencing_token, status).await?;
     Ok(Redirect::to(&format!(
         "/ui/runs/{}?done={}",
         finished.id,

@@ -211,10 +211,9 @@ fn login_page(status: StatusCode, message: &str) -> Response {
         message: message.to_owned(),
     };
     let mut response = (status, render(&page)).into_response();
-    response.headers_mut().append(
-        header::SET_COOKIE,
-        set_cookie(LOGIN_COOKIE, &csrf, 600),
-    );
+    response
+        .headers_mut()
+        .append(header::SET_COOKIE, set_cookie(LOGIN_COOKIE, &csrf, 600));
     response
 }
 

@@ -62,13 +62,25 @@ async fn page(viewer: Viewer, State(state): State<AppState>) -> Result<Response,
                 ("email", Some(status)) => (
                     format!(
                         "{}{}; last poll {}; {} failure{} in a row{}",
-                        if status.connected { "connected" } else { "not connected" },
-                        if status.holds_lease { "" } else { " (another replica polls)" },
-                        status
-                            .last_successful_poll
-                            .map_or("never".into(), |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string()),
+                        if status.connected {
+                            "connected"
+                        } else {
+                            "not connected"
+                        },
+                        if status.holds_lease {
+                            ""
+                        } else {
+                            " (another replica polls)"
+                        },
+                        status.last_successful_poll.map_or("never".into(), |t| t
+                            .format("%Y-%m-%d %H:%M:%S UTC")
+                            .to_string()),
                         status.consecutive_failures,
-                        if status.consecutive_failures == 1 { "" } else { "s" },
+                        if status.consecutive_failures == 1 {
+                            ""
+                        } else {
+                            "s"
+                        },
                         status
                             .last_error
                             .as_ref()

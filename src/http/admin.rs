@@ -58,7 +58,10 @@ pub fn parse_time(key: &str, text: &str) -> Result<i64, ApiError> {
         }
     }
     if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        return Ok(date.and_time(chrono::NaiveTime::MIN).and_utc().timestamp_millis());
+        return Ok(date
+            .and_time(chrono::NaiveTime::MIN)
+            .and_utc()
+            .timestamp_millis());
     }
     Err(ApiError::BadRequest(format!(
         "`{key}` must be an RFC 3339 time (2026-12-01T10:42:00Z) or a date (2026-12-01), not `{text}`"
@@ -183,8 +186,16 @@ async fn list_intake(
             "`limit` must be at most {MAX_LIMIT_WITH_PAYLOADS} with `include=payload`"
         )));
     }
-    let since = q.since.as_deref().map(|t| parse_time("since", t)).transpose()?;
-    let until = q.until.as_deref().map(|t| parse_time("until", t)).transpose()?;
+    let since = q
+        .since
+        .as_deref()
+        .map(|t| parse_time("since", t))
+        .transpose()?;
+    let until = q
+        .until
+        .as_deref()
+        .map(|t| parse_time("until", t))
+        .transpose()?;
     let tenants = principal.tenant_filter(q.tenant.as_deref());
     let rows = ledger::list(
         &state.db,
@@ -221,8 +232,13 @@ async fn raw(
     if principal.tenants().is_some() {
         // The raw id is its ledger row's id; the row says whose bytes they are.
         let tenants = principal.tenant_filter(None);
-        if ledger::get(&state.db, id, tenants.as_deref()).await?.is_none() {
-            return Err(ApiError::NotFound(format!("no raw delivery with id `{id}`")));
+        if ledger::get(&state.db, id, tenants.as_deref())
+            .await?
+            .is_none()
+        {
+            return Err(ApiError::NotFound(format!(
+                "no raw delivery with id `{id}`"
+            )));
         }
     }
     let Some(raw) = ledger::raw(&state.db, id).await? else {

@@ -67,10 +67,7 @@ impl Principal {
             Err(ApiError::Refused {
                 status: StatusCode::FORBIDDEN,
                 error: "missing_scope",
-                detail: format!(
-                    "token `{}` lacks the `{scope}` scope this needs",
-                    self.name
-                ),
+                detail: format!("token `{}` lacks the `{scope}` scope this needs", self.name),
             })
         }
     }

@@ -2,7 +2,6 @@
 //! bearer-token check (ingest endpoints authenticate by signature instead).
 
 pub(crate) mod admin;
-mod revisions;
 pub(crate) mod auth;
 mod claims;
 mod error;
@@ -12,6 +11,7 @@ mod ingest_slack;
 mod ingest_webhook;
 mod intake_answer;
 mod metrics;
+mod revisions;
 pub(crate) mod runs;
 
 use std::sync::Arc;

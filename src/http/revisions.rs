@@ -60,7 +60,9 @@ async fn list(
         .into_iter()
         .map(|r| view(r, &principal, false))
         .collect();
-    Ok(Json(json!({ "revisions": rows, "next_before": next_before })))
+    Ok(Json(
+        json!({ "revisions": rows, "next_before": next_before }),
+    ))
 }
 
 /// One revision by its id or by its `config_revision` hash (as ledger rows name it).

@@ -174,5 +174,8 @@ pub async fn outcome_counts<C: ConnectionTrait>(
     if let Some(tenants) = tenants {
         query = query.filter(intake::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
     }
-    query.into_tuple::<(Option<String>, String, i64)>().all(db).await
+    query
+        .into_tuple::<(Option<String>, String, i64)>()
+        .all(db)
+        .await
 }

@@ -177,7 +177,10 @@ pub async fn list<C: ConnectionTrait>(
 
 /// One revision by its id, or by its hash (the last time that file came into force).
 pub async fn get<C: ConnectionTrait>(db: &C, id_or_hash: &str) -> Result<Option<Revision>, DbErr> {
-    if let Some(row) = config_revision::Entity::find_by_id(id_or_hash).one(db).await? {
+    if let Some(row) = config_revision::Entity::find_by_id(id_or_hash)
+        .one(db)
+        .await?
+    {
         return Revision::of(row).map(Some);
     }
     by_hash(db, id_or_hash).await

@@ -138,55 +138,349 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             // Unknown or missing tokens: 401 on every guarded endpoint.
             (None, M::GET, "/v1/intake".into(), None, 401, None),
             (Some("nope"), M::GET, "/v1/intake".into(), None, 401, None),
-            (Some("nope"), M::POST, "/v1/events".into(), Some(&acme_event), 401, None),
+            (
+                Some("nope"),
+                M::POST,
+                "/v1/events".into(),
+                Some(&acme_event),
+                401,
+                None,
+            ),
             (None, M::GET, "/metrics".into(), None, 401, None),
             // events:write
-            (Some("sender-secret"), M::POST, "/v1/events".into(), Some(&acme_event), 200, None),
-            (Some("reader-secret"), M::POST, "/v1/events".into(), Some(&acme_event), 403, Some("events:write")),
-            (Some("acme-secret"), M::POST, "/v1/events".into(), Some(&globex_event), 403, None),
-            (Some("root-secret"), M::POST, "/v1/events".into(), Some(&globex_event), 200, None),
+            (
+                Some("sender-secret"),
+                M::POST,
+                "/v1/events".into(),
+                Some(&acme_event),
+                200,
+                None,
+            ),
+            (
+                Some("reader-secret"),
+                M::POST,
+                "/v1/events".into(),
+                Some(&acme_event),
+                403,
+                Some("events:write"),
+            ),
+            (
+                Some("acme-secret"),
+                M::POST,
+                "/v1/events".into(),
+                Some(&globex_event),
+                403,
+                None,
+            ),
+            (
+                Some("root-secret"),
+                M::POST,
+                "/v1/events".into(),
+                Some(&globex_event),
+                200,
+                None,
+            ),
             // read
-            (Some("reader-secret"), M::GET, "/v1/intake".into(), None, 200, None),
-            (Some("sender-secret"), M::GET, "/v1/intake".into(), None, 403, Some("read")),
-            (Some("reader-secret"), M::GET, "/v1/runs".into(), None, 200, None),
-            (Some("worker-secret"), M::GET, "/v1/runs".into(), None, 403, Some("read")),
-            (Some("reader-secret"), M::GET, format!("/v1/runs/{globex_run}"), None, 200, None),
-            (Some("sender-secret"), M::GET, format!("/v1/runs/{globex_run}"), None, 403, Some("read")),
-            (Some("acme-secret"), M::GET, format!("/v1/runs/{globex_run}"), None, 404, None),
-            (Some("acme-secret"), M::GET, format!("/v1/runs/{acme_run}"), None, 200, None),
-            (Some("reader-secret"), M::GET, "/v1/locks".into(), None, 200, None),
-            (Some("sender-secret"), M::GET, "/v1/locks".into(), None, 403, Some("read")),
-            (Some("reader-secret"), M::GET, "/v1/workflows".into(), None, 200, None),
-            (Some("worker-secret"), M::GET, "/v1/workflows".into(), None, 403, Some("read")),
-            (Some("reader-secret"), M::GET, "/v1/sources".into(), None, 200, None),
-            (Some("sender-secret"), M::GET, "/v1/sources".into(), None, 403, Some("read")),
-            (Some("reader-secret"), M::GET, "/metrics".into(), None, 200, None),
-            (Some("sender-secret"), M::GET, "/metrics".into(), None, 403, Some("read")),
-            (Some("acme-secret"), M::GET, "/metrics".into(), None, 403, None),
+            (
+                Some("reader-secret"),
+                M::GET,
+                "/v1/intake".into(),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("sender-secret"),
+                M::GET,
+                "/v1/intake".into(),
+                None,
+                403,
+                Some("read"),
+            ),
+            (
+                Some("reader-secret"),
+                M::GET,
+                "/v1/runs".into(),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("worker-secret"),
+                M::GET,
+                "/v1/runs".into(),
+                None,
+                403,
+                Some("read"),
+            ),
+            (
+                Some("reader-secret"),
+                M::GET,
+                format!("/v1/runs/{globex_run}"),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("sender-secret"),
+                M::GET,
+                format!("/v1/runs/{globex_run}"),
+                None,
+                403,
+                Some("read"),
+            ),
+            (
+                Some("acme-secret"),
+                M::GET,
+                format!("/v1/runs/{globex_run}"),
+                None,
+                404,
+                None,
+            ),
+            (
+                Some("acme-secret"),
+                M::GET,
+                format!("/v1/runs/{acme_run}"),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("reader-secret"),
+                M::GET,
+                "/v1/locks".into(),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("sender-secret"),
+                M::GET,
+                "/v1/locks".into(),
+                None,
+                403,
+                Some("read"),
+            ),
+            (
+                Some("reader-secret"),
+                M::GET,
+                "/v1/workflows".into(),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("worker-secret"),
+                M::GET,
+                "/v1/workflows".into(),
+                None,
+                403,
+                Some("read"),
+            ),
+            (
+                Some("reader-secret"),
+                M::GET,
+                "/v1/sources".into(),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("sender-secret"),
+                M::GET,
+                "/v1/sources".into(),
+                None,
+                403,
+                Some("read"),
+            ),
+            (
+                Some("reader-secret"),
+                M::GET,
+                "/metrics".into(),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("sender-secret"),
+                M::GET,
+                "/metrics".into(),
+                None,
+                403,
+                Some("read"),
+            ),
+            (
+                Some("acme-secret"),
+                M::GET,
+                "/metrics".into(),
+                None,
+                403,
+                None,
+            ),
             // raw:read
-            (Some("auditor-secret"), M::GET, format!("/v1/raw/{globex_raw}"), None, 200, None),
-            (Some("reader-secret"), M::GET, format!("/v1/raw/{globex_raw}"), None, 403, Some("raw:read")),
-            (Some("acme-secret"), M::GET, format!("/v1/raw/{globex_raw}"), None, 404, None),
-            (Some("acme-secret"), M::GET, format!("/v1/raw/{acme_raw}"), None, 200, None),
+            (
+                Some("auditor-secret"),
+                M::GET,
+                format!("/v1/raw/{globex_raw}"),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("reader-secret"),
+                M::GET,
+                format!("/v1/raw/{globex_raw}"),
+                None,
+                403,
+                Some("raw:read"),
+            ),
+            (
+                Some("acme-secret"),
+                M::GET,
+                format!("/v1/raw/{globex_raw}"),
+                None,
+                404,
+                None,
+            ),
+            (
+                Some("acme-secret"),
+                M::GET,
+                format!("/v1/raw/{acme_raw}"),
+                None,
+                200,
+                None,
+            ),
             // runs:write
-            (Some("reader-secret"), M::POST, format!("/v1/runs/{globex_run}/heartbeat"), Some(&heartbeat), 403, Some("runs:write")),
-            (Some("acme-secret"), M::POST, format!("/v1/runs/{globex_run}/heartbeat"), Some(&heartbeat), 404, None),
-            (Some("worker-secret"), M::POST, format!("/v1/runs/{globex_run}/heartbeat"), Some(&heartbeat), 200, None),
-            (Some("reader-secret"), M::POST, format!("/v1/runs/{globex_run}/redispatch"), None, 403, Some("runs:write")),
-            (Some("acme-secret"), M::POST, format!("/v1/runs/{globex_run}/redispatch"), None, 404, None),
+            (
+                Some("reader-secret"),
+                M::POST,
+                format!("/v1/runs/{globex_run}/heartbeat"),
+                Some(&heartbeat),
+                403,
+                Some("runs:write"),
+            ),
+            (
+                Some("acme-secret"),
+                M::POST,
+                format!("/v1/runs/{globex_run}/heartbeat"),
+                Some(&heartbeat),
+                404,
+                None,
+            ),
+            (
+                Some("worker-secret"),
+                M::POST,
+                format!("/v1/runs/{globex_run}/heartbeat"),
+                Some(&heartbeat),
+                200,
+                None,
+            ),
+            (
+                Some("reader-secret"),
+                M::POST,
+                format!("/v1/runs/{globex_run}/redispatch"),
+                None,
+                403,
+                Some("runs:write"),
+            ),
+            (
+                Some("acme-secret"),
+                M::POST,
+                format!("/v1/runs/{globex_run}/redispatch"),
+                None,
+                404,
+                None,
+            ),
             // Not dead-lettered: the scope and tenant pass, the run's state refuses.
-            (Some("worker-secret"), M::POST, format!("/v1/runs/{globex_run}/redispatch"), None, 409, None),
-            (Some("reader-secret"), M::POST, "/v1/claims".into(), Some(&claim_acme), 403, Some("runs:write")),
-            (Some("reader-secret"), M::POST, format!("/v1/claims/{globex_claim}/extend"), None, 403, Some("runs:write")),
-            (Some("acme-secret"), M::POST, format!("/v1/claims/{globex_claim}/extend"), None, 409, None),
-            (Some("worker-secret"), M::POST, format!("/v1/claims/{globex_claim}/extend"), None, 200, None),
-            (Some("reader-secret"), M::POST, format!("/v1/claims/{globex_claim}/release"), None, 403, Some("runs:write")),
-            (Some("acme-secret"), M::POST, format!("/v1/claims/{globex_claim}/release"), None, 409, None),
-            (Some("reader-secret"), M::POST, format!("/v1/runs/{globex_run}/finish"), Some(&finish), 403, Some("runs:write")),
-            (Some("acme-secret"), M::POST, format!("/v1/runs/{globex_run}/finish"), Some(&finish), 404, None),
+            (
+                Some("worker-secret"),
+                M::POST,
+                format!("/v1/runs/{globex_run}/redispatch"),
+                None,
+                409,
+                None,
+            ),
+            (
+                Some("reader-secret"),
+                M::POST,
+                "/v1/claims".into(),
+                Some(&claim_acme),
+                403,
+                Some("runs:write"),
+            ),
+            (
+                Some("reader-secret"),
+                M::POST,
+                format!("/v1/claims/{globex_claim}/extend"),
+                None,
+                403,
+                Some("runs:write"),
+            ),
+            (
+                Some("acme-secret"),
+                M::POST,
+                format!("/v1/claims/{globex_claim}/extend"),
+                None,
+                409,
+                None,
+            ),
+            (
+                Some("worker-secret"),
+                M::POST,
+                format!("/v1/claims/{globex_claim}/extend"),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("reader-secret"),
+                M::POST,
+                format!("/v1/claims/{globex_claim}/release"),
+                None,
+                403,
+                Some("runs:write"),
+            ),
+            (
+                Some("acme-secret"),
+                M::POST,
+                format!("/v1/claims/{globex_claim}/release"),
+                None,
+                409,
+                None,
+            ),
+            (
+                Some("reader-secret"),
+                M::POST,
+                format!("/v1/runs/{globex_run}/finish"),
+                Some(&finish),
+                403,
+                Some("runs:write"),
+            ),
+            (
+                Some("acme-secret"),
+                M::POST,
+                format!("/v1/runs/{globex_run}/finish"),
+                Some(&finish),
+                404,
+                None,
+            ),
             // revisions are read
-            (Some("reader-secret"), M::GET, "/v1/revisions".into(), None, 200, None),
-            (Some("sender-secret"), M::GET, "/v1/revisions".into(), None, 403, Some("read")),
+            (
+                Some("reader-secret"),
+                M::GET,
+                "/v1/revisions".into(),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("sender-secret"),
+                M::GET,
+                "/v1/revisions".into(),
+                None,
+                403,
+                Some("read"),
+            ),
         ];
         for (token, method, path, body, expected, scope) in cases {
             let (status, answer) = call(&daemon, method.clone(), &path, token, body).await;
@@ -196,9 +490,15 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 "{backend:?}: {method} {path} with {token:?}: {answer}"
             );
             if let Some(scope) = scope {
-                assert_eq!(answer["error"], "missing_scope", "{backend:?} {path}: {answer}");
+                assert_eq!(
+                    answer["error"], "missing_scope",
+                    "{backend:?} {path}: {answer}"
+                );
                 assert!(
-                    answer["detail"].as_str().unwrap_or_default().contains(&format!("`{scope}`")),
+                    answer["detail"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains(&format!("`{scope}`")),
                     "{backend:?} {path}: the 403 names `{scope}`: {answer}"
                 );
             }
@@ -214,27 +514,66 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             .iter()
             .map(|row| row["event"]["tenant_id"].as_str().unwrap_or("?"))
             .collect();
-        assert!(!tenants.is_empty() && tenants.iter().all(|t| *t == "acme"), "{backend:?}: {tenants:?}");
+        assert!(
+            !tenants.is_empty() && tenants.iter().all(|t| *t == "acme"),
+            "{backend:?}: {tenants:?}"
+        );
         let (_, intake) = get("/v1/intake?tenant=globex").await;
         assert_eq!(intake["intake"], json!([]), "{backend:?}");
         let (_, runs) = get("/v1/runs").await;
-        assert!(runs["runs"].as_array().expect("runs").iter().all(|r| r["tenant_id"] == "acme"), "{backend:?}: {runs}");
-        assert!(!runs["runs"].as_array().expect("runs").is_empty(), "{backend:?}");
+        assert!(
+            runs["runs"]
+                .as_array()
+                .expect("runs")
+                .iter()
+                .all(|r| r["tenant_id"] == "acme"),
+            "{backend:?}: {runs}"
+        );
+        assert!(
+            !runs["runs"].as_array().expect("runs").is_empty(),
+            "{backend:?}"
+        );
         let (_, locks) = get("/v1/locks").await;
         let locks = locks["locks"].as_array().expect("locks").clone();
-        assert!(!locks.is_empty() && locks.iter().all(|l| l["tenant_id"] == "acme"), "{backend:?}: {locks:?}");
+        assert!(
+            !locks.is_empty() && locks.iter().all(|l| l["tenant_id"] == "acme"),
+            "{backend:?}: {locks:?}"
+        );
         let (_, workflows) = get("/v1/workflows").await;
-        assert_eq!(workflows["workflows"].as_array().map(Vec::len), Some(1), "{backend:?}: {workflows}");
+        assert_eq!(
+            workflows["workflows"].as_array().map(Vec::len),
+            Some(1),
+            "{backend:?}: {workflows}"
+        );
         assert_eq!(workflows["workflows"][0]["id"], "triage");
         // An acme worker claiming globex's workflow gets nothing; its own, its run.
-        let (status, claimed) =
-            call(&daemon, M::POST, "/v1/claims", Some("acme-secret"), Some(&claim_globex)).await;
-        assert_eq!((status, claimed["claims"].clone()), (StatusCode::OK, json!([])), "{backend:?}");
-        let (_, claimed) =
-            call(&daemon, M::POST, "/v1/claims", Some("acme-secret"), Some(&claim_acme)).await;
+        let (status, claimed) = call(
+            &daemon,
+            M::POST,
+            "/v1/claims",
+            Some("acme-secret"),
+            Some(&claim_globex),
+        )
+        .await;
+        assert_eq!(
+            (status, claimed["claims"].clone()),
+            (StatusCode::OK, json!([])),
+            "{backend:?}"
+        );
+        let (_, claimed) = call(
+            &daemon,
+            M::POST,
+            "/v1/claims",
+            Some("acme-secret"),
+            Some(&claim_acme),
+        )
+        .await;
         let claimed_runs = claimed["claims"].as_array().expect("claims");
         assert_eq!(claimed_runs.len(), 1, "{backend:?}: {claimed}");
-        assert_eq!(claimed_runs[0]["message"]["data"]["run"]["tenant_id"], "acme", "{backend:?}: {claimed}");
+        assert_eq!(
+            claimed_runs[0]["message"]["data"]["run"]["tenant_id"], "acme",
+            "{backend:?}: {claimed}"
+        );
 
         daemon.stop();
         db.drop_database().await;
@@ -268,13 +607,20 @@ async fn tokens_are_added_and_revoked_by_a_reload() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(status, StatusCode::OK, "the reloaded token works:\n{}", daemon.logs());
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the reloaded token works:\n{}",
+        daemon.logs()
+    );
 
     // A token with an unknown scope is refused as a whole file: the old revision, and the
     // token, stay in force.
     daemon.reload(&with_token.replace("[\"read\"]", "[\"read\", \"rule:all\"]"));
     assert!(
-        daemon.wait_for_log("rule:all", Duration::from_secs(5)).await,
+        daemon
+            .wait_for_log("rule:all", Duration::from_secs(5))
+            .await,
         "the refused reload names the unknown scope:\n{}",
         daemon.logs()
     );
@@ -288,7 +634,11 @@ async fn tokens_are_added_and_revoked_by_a_reload() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(status, StatusCode::UNAUTHORIZED, "the removed token is revoked");
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "the removed token is revoked"
+    );
     // The API token still does everything.
     let (status, _) = call(&daemon, Method::GET, "/v1/runs", Some(TOKEN), None).await;
     assert_eq!(status, StatusCode::OK);

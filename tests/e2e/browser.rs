@@ -44,7 +44,10 @@ impl Driver {
     fn start() -> Option<Driver> {
         if !std::path::Path::new(CHROMEDRIVER).exists() || !std::path::Path::new(CHROMIUM).exists()
         {
-            assert!(!in_ci(), "CI=true but {CHROMEDRIVER} or {CHROMIUM} is missing");
+            assert!(
+                !in_ci(),
+                "CI=true but {CHROMEDRIVER} or {CHROMIUM} is missing"
+            );
             skipped("SKIPPED: the browser test needs Debian's chromium and chromium-driver");
             return None;
         }
@@ -60,7 +63,10 @@ impl Driver {
             .expect("start chromedriver");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not listen in 20 s");
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not listen in 20 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Some(Driver { child, port })
@@ -77,8 +83,8 @@ impl Driver {
                          "--force-device-scale-factor=1", "--lang=en-US"],
             }),
         );
-        ClientBuilder::rustls()
-            .expect("tls connector")
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        ClientBuilder::new(connector)
             .capabilities(caps)
             .connect(&format!("http://127.0.0.1:{}", self.port))
             .await
@@ -178,7 +184,10 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         .expect("deliveries page");
 
     // A signed webhook, then a second event on the same ticket.
-    let ticket = format!("{}", 70_000 + (Utc::now().timestamp_subsec_micros() % 20_000));
+    let ticket = format!(
+        "{}",
+        70_000 + (Utc::now().timestamp_subsec_micros() % 20_000)
+    );
     let first = webhook(&daemon, &uuid::Uuid::now_v7().to_string(), &ticket).await;
     assert_eq!(first["outcome"], "routed", "{first}");
     let holder = first["run_id"].as_str().expect("run id").to_owned();
@@ -201,16 +210,23 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
     // The list was empty before the search; the locked row appears with its results.
     browser
         .wait()
-        .for_element(Locator::XPath("//tr[.//span[normalize-space()='entity_locked']]"))
+        .for_element(Locator::XPath(
+            "//tr[.//span[normalize-space()='entity_locked']]",
+        ))
         .await
         .expect("search results");
     let found = text(&browser).await;
-    assert!(found.contains("entity_locked") && found.contains("routed"), "{found}");
+    assert!(
+        found.contains("entity_locked") && found.contains("routed"),
+        "{found}"
+    );
     shoot(&browser, "02-deliveries-by-entity").await;
 
     // Open the second delivery: entity_locked, with the holder.
     browser
-        .find(Locator::XPath("//tr[.//span[normalize-space()='entity_locked']]//td[1]/a"))
+        .find(Locator::XPath(
+            "//tr[.//span[normalize-space()='entity_locked']]//td[1]/a",
+        ))
         .await
         .expect("the entity_locked row")
         .click()
@@ -225,14 +241,18 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         .await
         .expect("verdict text");
     assert!(
-        why.contains(&format!("entity_locked: run {holder} of workflow triage holds {ticket} until")),
+        why.contains(&format!(
+            "entity_locked: run {holder} of workflow triage holds {ticket} until"
+        )),
         "{why}"
     );
     shoot(&browser, "03-delivery-entity-locked").await;
 
     // Follow the link to the holder run and finish it.
     browser
-        .find(Locator::XPath("//a[starts-with(normalize-space(), 'Open holder run')]"))
+        .find(Locator::XPath(
+            "//a[starts-with(normalize-space(), 'Open holder run')]",
+        ))
         .await
         .expect("holder link")
         .click()
@@ -240,13 +260,17 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         .expect("open run");
     browser
         .wait()
-        .for_element(Locator::XPath("//button[normalize-space()='Finish as completed']"))
+        .for_element(Locator::XPath(
+            "//button[normalize-space()='Finish as completed']",
+        ))
         .await
         .expect("finish button");
     assert!(text(&browser).await.contains(&format!("run {holder}")));
     shoot(&browser, "04-run-before-finish").await;
     browser
-        .find(Locator::XPath("//button[normalize-space()='Finish as completed']"))
+        .find(Locator::XPath(
+            "//button[normalize-space()='Finish as completed']",
+        ))
         .await
         .expect("finish button")
         .click()
@@ -262,7 +286,10 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         .expect("notice text");
     assert!(notice.contains("Run finished as completed"), "{notice}");
     shoot(&browser, "05-run-finished").await;
-    assert_eq!(daemon.get(&format!("/v1/runs/{holder}")).await["status"], "completed");
+    assert_eq!(
+        daemon.get(&format!("/v1/runs/{holder}")).await["status"],
+        "completed"
+    );
 
     // A third event on the ticket now routes, and the deliveries page shows it.
     let third = webhook(&daemon, &uuid::Uuid::now_v7().to_string(), &ticket).await;
@@ -287,26 +314,50 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         ("08-locks", "/ui/locks".to_owned()),
         ("09-workflows", "/ui/workflows".to_owned()),
         ("10-sources", "/ui/sources".to_owned()),
-        ("11-delivery-routed", format!("/ui/deliveries/{}", third["intake_id"].as_str().unwrap_or(""))),
+        (
+            "11-delivery-routed",
+            format!(
+                "/ui/deliveries/{}",
+                third["intake_id"].as_str().unwrap_or("")
+            ),
+        ),
     ] {
         browser.goto(&url(&path)).await.expect("page");
         let body = text(&browser).await;
         assert!(!body.contains("could not be rendered"), "{path}: {body}");
         shoot(&browser, name).await;
     }
-    browser.set_window_size(390, 844).await.expect("phone width");
+    browser
+        .set_window_size(390, 844)
+        .await
+        .expect("phone width");
     for (name, path) in [
-        ("12-phone-deliveries", format!("/ui/deliveries?entity={ticket}")),
-        ("13-phone-delivery", format!("/ui/deliveries/{}", second["intake_id"].as_str().unwrap_or(""))),
+        (
+            "12-phone-deliveries",
+            format!("/ui/deliveries?entity={ticket}"),
+        ),
+        (
+            "13-phone-delivery",
+            format!(
+                "/ui/deliveries/{}",
+                second["intake_id"].as_str().unwrap_or("")
+            ),
+        ),
         ("14-phone-run", format!("/ui/runs/{holder}")),
     ] {
         browser.goto(&url(&path)).await.expect("page");
         // Nothing wider than the phone: the page scrolls inside tables, not sideways.
         let overflow = browser
-            .execute("return document.documentElement.scrollWidth - window.innerWidth;", vec![])
+            .execute(
+                "return document.documentElement.scrollWidth - window.innerWidth;",
+                vec![],
+            )
             .await
             .expect("measure");
-        assert!(overflow.as_i64().unwrap_or(0) <= 0, "{path} overflows the phone by {overflow}px");
+        assert!(
+            overflow.as_i64().unwrap_or(0) <= 0,
+            "{path} overflows the phone by {overflow}px"
+        );
         shoot(&browser, name).await;
     }
     browser.close().await.expect("close browser");

@@ -168,7 +168,13 @@ impl Console {
     }
 }
 
-async fn post(daemon: &Daemon, key: &str, tenant: &str, entity: &str, subject: &str) -> serde_json::Value {
+async fn post(
+    daemon: &Daemon,
+    key: &str,
+    tenant: &str,
+    entity: &str,
+    subject: &str,
+) -> serde_json::Value {
     let (status, answer) = daemon
         .post_event(
             key,
@@ -209,16 +215,41 @@ async fn every_page_and_filter_answers_and_a_finished_run_frees_its_ticket() {
             base: format!("http://{}", daemon.addr),
             cookie: "sy_session=forged".into(),
         };
-        for path in ["/ui/deliveries", "/ui/runs", "/ui/locks", "/ui/workflows", "/ui/sources", format!("/ui/deliveries/{first_id}").as_str()] {
-            let response = anonymous.client.get(format!("{}{path}", anonymous.base)).send().await.expect("GET");
+        for path in [
+            "/ui/deliveries",
+            "/ui/runs",
+            "/ui/locks",
+            "/ui/workflows",
+            "/ui/sources",
+            format!("/ui/deliveries/{first_id}").as_str(),
+        ] {
+            let response = anonymous
+                .client
+                .get(format!("{}{path}", anonymous.base))
+                .send()
+                .await
+                .expect("GET");
             assert_eq!(response.status(), StatusCode::SEE_OTHER, "{path}");
-            assert_eq!(response.headers().get(LOCATION).and_then(|l| l.to_str().ok()), Some("/ui/login"));
+            assert_eq!(
+                response
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|l| l.to_str().ok()),
+                Some("/ui/login")
+            );
         }
         assert_eq!(anonymous.get("/ui/runs").await.0, StatusCode::SEE_OTHER);
         // Wrong tokens at the door.
-        assert_eq!(Console::try_login(&daemon, "nope").await.0, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            Console::try_login(&daemon, "nope").await.0,
+            StatusCode::UNAUTHORIZED
+        );
         let (status, refused) = Console::try_login(&daemon, "sender-secret").await;
-        assert_eq!((status, refused.is_none()), (StatusCode::FORBIDDEN, true), "no read scope");
+        assert_eq!(
+            (status, refused.is_none()),
+            (StatusCode::FORBIDDEN, true),
+            "no read scope"
+        );
         // A login POST without the form's cookie (cross-site) is refused.
         let forged = Console::client()
             .post(daemon.url("/ui/login"))
@@ -234,16 +265,28 @@ async fn every_page_and_filter_answers_and_a_finished_run_frees_its_ticket() {
         // Deliveries, newest first, and each filter.
         let list = ui.page("/ui/deliveries").await;
         for needle in [&first_id, &second_id, &intake_id(&globex), &ticket] {
-            assert!(list.contains(needle.as_str()), "{backend:?}: {needle} in the list");
+            assert!(
+                list.contains(needle.as_str()),
+                "{backend:?}: {needle} in the list"
+            );
         }
         assert!(list.find(&second_id) < list.find(&first_id), "newest first");
-        assert!(list.contains("o-entity_locked\">entity_locked<"), "colour with its word");
+        assert!(
+            list.contains("o-entity_locked\">entity_locked<"),
+            "colour with its word"
+        );
         let by_entity = ui.page(&format!("/ui/deliveries?entity={ticket}")).await;
         assert!(by_entity.contains(&first_id) && by_entity.contains(&second_id));
         assert!(!by_entity.contains(&intake_id(&globex)), "{backend:?}");
-        let by_outcome = ui.page(&format!("/ui/deliveries?entity={ticket}&outcome=entity_locked")).await;
+        let by_outcome = ui
+            .page(&format!(
+                "/ui/deliveries?entity={ticket}&outcome=entity_locked"
+            ))
+            .await;
         assert!(by_outcome.contains(&second_id) && !by_outcome.contains(&first_id));
-        let by_delivery = ui.page(&format!("/ui/deliveries?delivery={first_key}")).await;
+        let by_delivery = ui
+            .page(&format!("/ui/deliveries?delivery={first_key}"))
+            .await;
         assert!(by_delivery.contains(&first_id) && !by_delivery.contains(&second_id));
         let by_tenant = ui.page("/ui/deliveries?tenant=globex").await;
         assert!(by_tenant.contains(&intake_id(&globex)) && !by_tenant.contains(&first_id));
@@ -251,47 +294,100 @@ async fn every_page_and_filter_answers_and_a_finished_run_frees_its_ticket() {
         assert!(by_source.contains("No deliveries match"), "{backend:?}");
         let future = ui.page("/ui/deliveries?since=2999-01-01T00:00").await;
         assert!(future.contains("No deliveries match"));
-        let past = ui.page(&format!("/ui/deliveries?since=2000-01-01&until=2999-01-01&entity={ticket}")).await;
+        let past = ui
+            .page(&format!(
+                "/ui/deliveries?since=2000-01-01&until=2999-01-01&entity={ticket}"
+            ))
+            .await;
         assert!(past.contains(&first_id));
-        assert_eq!(ui.get("/ui/deliveries?outcome=exploded").await.0, StatusCode::BAD_REQUEST);
-        assert_eq!(ui.get("/ui/deliveries?since=yesterday").await.0, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            ui.get("/ui/deliveries?outcome=exploded").await.0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            ui.get("/ui/deliveries?since=yesterday").await.0,
+            StatusCode::BAD_REQUEST
+        );
         // Cursor pagination: the page after the newest row holds the older ones.
-        let older = ui.page(&format!("/ui/deliveries?entity={ticket}&before={second_id}")).await;
-        assert!(older.contains(&first_id) && !older.contains(&format!("/ui/deliveries/{second_id}")));
+        let older = ui
+            .page(&format!(
+                "/ui/deliveries?entity={ticket}&before={second_id}"
+            ))
+            .await;
+        assert!(
+            older.contains(&first_id) && !older.contains(&format!("/ui/deliveries/{second_id}"))
+        );
 
         // One delivery: the outcome in words, the decision step by step, the holder.
         let locked = ui.page(&format!("/ui/deliveries/{second_id}")).await;
         assert!(
-            locked.contains(&format!("entity_locked: run {holder} of workflow triage holds {ticket} until ")),
+            locked.contains(&format!(
+                "entity_locked: run {holder} of workflow triage holds {ticket} until "
+            )),
             "{backend:?}: {locked}"
         );
-        assert!(locked.contains(&format!("href=\"/ui/runs/{holder}\"")), "holder link");
-        assert!(locked.contains("draft: never matches a real event"), "the draft candidate");
+        assert!(
+            locked.contains(&format!("href=\"/ui/runs/{holder}\"")),
+            "holder link"
+        );
+        assert!(
+            locked.contains("draft: never matches a real event"),
+            "the draft candidate"
+        );
         assert!(locked.contains("won, but its entity was locked"));
-        assert!(locked.contains("not tried: a higher priority won"), "tagging");
+        assert!(
+            locked.contains("not tried: a higher priority won"),
+            "tagging"
+        );
         assert!(locked.contains("Normalised event"));
         // Hostile payload text is shown, inert.
         assert!(!locked.contains("<script>alert"), "{locked}");
         assert!(!locked.contains("<img src=x"), "{locked}");
-        assert!(locked.contains("&#60;script&#62;alert("), "escaped: {locked}");
-        let revealed = ui.page(&format!("/ui/deliveries/{second_id}?reveal=raw")).await;
+        assert!(
+            locked.contains("&#60;script&#62;alert("),
+            "escaped: {locked}"
+        );
+        let revealed = ui
+            .page(&format!("/ui/deliveries/{second_id}?reveal=raw"))
+            .await;
         assert!(revealed.contains("bytes of application/json"), "{revealed}");
         assert!(!revealed.contains("<script>alert") && revealed.contains("&#60;script&#62;"));
         let routed = ui.page(&format!("/ui/deliveries/{first_id}")).await;
-        assert!(routed.contains(&format!("routed: run {holder} of workflow triage was created for {ticket}")));
+        assert!(routed.contains(&format!(
+            "routed: run {holder} of workflow triage was created for {ticket}"
+        )));
         assert!(routed.contains("Reveal raw bytes"));
-        assert_eq!(ui.get("/ui/deliveries/00000000-0000-0000-0000-000000000000").await.0, StatusCode::NOT_FOUND);
+        assert_eq!(
+            ui.get("/ui/deliveries/00000000-0000-0000-0000-000000000000")
+                .await
+                .0,
+            StatusCode::NOT_FOUND
+        );
 
         // Runs and their filters, one run with lease and fencing token.
         let runs = ui.page("/ui/runs").await;
         assert!(runs.contains(&holder));
         assert!(ui.page("/ui/runs?status=queued").await.contains(&holder));
         assert!(!ui.page("/ui/runs?status=completed").await.contains(&holder));
-        assert!(!ui.page("/ui/runs?workflow=globex-triage").await.contains(&holder));
-        assert!(ui.page(&format!("/ui/runs?entity={ticket}")).await.contains(&holder));
-        assert_eq!(ui.get("/ui/runs?status=sleeping").await.0, StatusCode::BAD_REQUEST);
+        assert!(
+            !ui.page("/ui/runs?workflow=globex-triage")
+                .await
+                .contains(&holder)
+        );
+        assert!(
+            ui.page(&format!("/ui/runs?entity={ticket}"))
+                .await
+                .contains(&holder)
+        );
+        assert_eq!(
+            ui.get("/ui/runs?status=sleeping").await.0,
+            StatusCode::BAD_REQUEST
+        );
         let run = ui.page(&format!("/ui/runs/{holder}")).await;
-        assert!(run.contains("Fencing token") && run.contains(&format!("holds {ticket} until")), "{run}");
+        assert!(
+            run.contains("Fencing token") && run.contains(&format!("holds {ticket} until")),
+            "{run}"
+        );
         assert!(run.contains("Finish as completed") && run.contains("Cancel run"));
         assert!(run.contains(&format!("/ui/deliveries/{first_id}")));
 
@@ -299,27 +395,62 @@ async fn every_page_and_filter_answers_and_a_finished_run_frees_its_ticket() {
         let locks = ui.page("/ui/locks").await;
         assert!(locks.contains(&ticket) && locks.contains(&holder));
         let workflows = ui.page("/ui/workflows").await;
-        for needle in ["triage", "experimental", "s-draft\">draft<", "entity_locked 1", "routed 1", "(in force)"] {
-            assert!(workflows.contains(needle), "{backend:?}: {needle} in {workflows}");
+        for needle in [
+            "triage",
+            "experimental",
+            "s-draft\">draft<",
+            "entity_locked 1",
+            "routed 1",
+            "(in force)",
+        ] {
+            assert!(
+                workflows.contains(needle),
+                "{backend:?}: {needle} in {workflows}"
+            );
         }
         let sources = ui.page("/ui/sources").await;
-        assert!(sources.contains("Targets") && sources.contains(">pull<"), "{sources}");
+        assert!(
+            sources.contains("Targets") && sources.contains(">pull<"),
+            "{sources}"
+        );
 
         // CSRF: a finish without the token (or with another) changes nothing.
         let csrf = csrf_of(&run);
-        let (status, _) = ui.post(&format!("/ui/runs/{holder}/finish"), &[("status", "completed")]).await;
+        let (status, _) = ui
+            .post(
+                &format!("/ui/runs/{holder}/finish"),
+                &[("status", "completed")],
+            )
+            .await;
         assert_eq!(status, StatusCode::FORBIDDEN);
-        let (status, _) = ui.post(&format!("/ui/runs/{holder}/finish"), &[("status", "completed"), ("csrf", "forged")]).await;
+        let (status, _) = ui
+            .post(
+                &format!("/ui/runs/{holder}/finish"),
+                &[("status", "completed"), ("csrf", "forged")],
+            )
+            .await;
         assert_eq!(status, StatusCode::FORBIDDEN);
-        assert_eq!(daemon.get(&format!("/v1/runs/{holder}")).await["status"], "queued");
+        assert_eq!(
+            daemon.get(&format!("/v1/runs/{holder}")).await["status"],
+            "queued"
+        );
         let (status, location) = ui
-            .post(&format!("/ui/runs/{holder}/finish"), &[("status", "completed"), ("csrf", &csrf)])
+            .post(
+                &format!("/ui/runs/{holder}/finish"),
+                &[("status", "completed"), ("csrf", &csrf)],
+            )
             .await;
         assert_eq!(status, StatusCode::SEE_OTHER, "{location}");
-        assert_eq!(daemon.get(&format!("/v1/runs/{holder}")).await["status"], "completed");
+        assert_eq!(
+            daemon.get(&format!("/v1/runs/{holder}")).await["status"],
+            "completed"
+        );
         let finished = ui.page(&location).await;
         assert!(finished.contains("Run finished as completed"), "{finished}");
-        assert!(!finished.contains("Finish as completed"), "no finish button on a finished run");
+        assert!(
+            !finished.contains("Finish as completed"),
+            "no finish button on a finished run"
+        );
         // The ticket is free: a third event routes.
         let third = post(&daemon, &unique("third"), "acme", &ticket, "again").await;
         assert_eq!(third["outcome"], "routed", "{backend:?}: {third}");
@@ -328,7 +459,10 @@ async fn every_page_and_filter_answers_and_a_finished_run_frees_its_ticket() {
         let (status, _) = ui.post("/ui/logout", &[("csrf", "forged")]).await;
         assert_eq!(status, StatusCode::FORBIDDEN);
         let (status, location) = ui.post("/ui/logout", &[("csrf", &csrf)]).await;
-        assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/ui/login"));
+        assert_eq!(
+            (status, location.as_str()),
+            (StatusCode::SEE_OTHER, "/ui/login")
+        );
         assert_eq!(ui.get("/ui/deliveries").await.0, StatusCode::SEE_OTHER);
 
         daemon.stop();
@@ -354,29 +488,58 @@ async fn a_read_token_changes_nothing_and_a_tenant_token_sees_only_its_tenant() 
     // `read`: sees, but no button that changes state, and its POSTs are refused.
     let reader = Console::login(&daemon, "reader-secret").await;
     let run = reader.page(&format!("/ui/runs/{acme_run}")).await;
-    for button in ["Finish as completed", "Cancel run", "Redispatch", "/finish\"", "/redispatch\""] {
+    for button in [
+        "Finish as completed",
+        "Cancel run",
+        "Redispatch",
+        "/finish\"",
+        "/redispatch\"",
+    ] {
         assert!(!run.contains(button), "a read token sees no `{button}`");
     }
     let csrf = csrf_of(&run);
     assert!(!csrf.is_empty(), "the logout form carries the CSRF token");
-    for path in [format!("/ui/runs/{acme_run}/finish"), format!("/ui/runs/{acme_run}/redispatch")] {
-        let (status, body) = reader.post(&path, &[("status", "completed"), ("csrf", &csrf)]).await;
+    for path in [
+        format!("/ui/runs/{acme_run}/finish"),
+        format!("/ui/runs/{acme_run}/redispatch"),
+    ] {
+        let (status, body) = reader
+            .post(&path, &[("status", "completed"), ("csrf", &csrf)])
+            .await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
-        assert!(body.contains("runs:write"), "the refusal names the scope: {body}");
+        assert!(
+            body.contains("runs:write"),
+            "the refusal names the scope: {body}"
+        );
     }
-    assert_eq!(daemon.get(&format!("/v1/runs/{acme_run}")).await["status"], "queued");
+    assert_eq!(
+        daemon.get(&format!("/v1/runs/{acme_run}")).await["status"],
+        "queued"
+    );
     let delivery = reader.page(&format!("/ui/deliveries/{acme_id}")).await;
     assert!(!delivery.contains("Reveal raw bytes") && delivery.contains("raw:read"));
-    let (status, body) = reader.get(&format!("/ui/deliveries/{acme_id}?reveal=raw")).await;
+    let (status, body) = reader
+        .get(&format!("/ui/deliveries/{acme_id}?reveal=raw"))
+        .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert!(body.contains("raw:read"));
 
     // A tenant-scoped token: never another tenant's delivery, in the list, by URL or in search.
     let ops = Console::login(&daemon, "acme-secret").await;
     let list = ops.page("/ui/deliveries").await;
-    assert!(list.contains(&acme_id) && !list.contains(&globex_id) && !list.contains(&globex_entity));
-    assert_eq!(ops.get(&format!("/ui/deliveries/{globex_id}")).await.0, StatusCode::NOT_FOUND);
-    assert_eq!(ops.get(&format!("/ui/deliveries/{globex_id}?reveal=raw")).await.0, StatusCode::NOT_FOUND);
+    assert!(
+        list.contains(&acme_id) && !list.contains(&globex_id) && !list.contains(&globex_entity)
+    );
+    assert_eq!(
+        ops.get(&format!("/ui/deliveries/{globex_id}")).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        ops.get(&format!("/ui/deliveries/{globex_id}?reveal=raw"))
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
     for search in [
         "/ui/deliveries?tenant=globex".to_owned(),
         format!("/ui/deliveries?entity={globex_entity}"),
@@ -397,19 +560,34 @@ async fn a_read_token_changes_nothing_and_a_tenant_token_sees_only_its_tenant() 
             "{search} shows nothing of globex: {html}"
         );
     }
-    assert_eq!(ops.get(&format!("/ui/runs/{globex_run}")).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        ops.get(&format!("/ui/runs/{globex_run}")).await.0,
+        StatusCode::NOT_FOUND
+    );
     let csrf = csrf_of(&ops.page("/ui/runs").await);
     let (status, _) = ops
-        .post(&format!("/ui/runs/{globex_run}/finish"), &[("status", "completed"), ("csrf", &csrf)])
+        .post(
+            &format!("/ui/runs/{globex_run}/finish"),
+            &[("status", "completed"), ("csrf", &csrf)],
+        )
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_eq!(daemon.get(&format!("/v1/runs/{globex_run}")).await["status"], "queued");
+    assert_eq!(
+        daemon.get(&format!("/v1/runs/{globex_run}")).await["status"],
+        "queued"
+    );
     let workflows = ops.page("/ui/workflows").await;
     assert!(workflows.contains("triage") && !workflows.contains("globex-triage"));
     // Its own tenant's run it may finish (it has runs:write).
     let (status, _) = ops
-        .post(&format!("/ui/runs/{acme_run}/finish"), &[("status", "cancelled"), ("csrf", &csrf)])
+        .post(
+            &format!("/ui/runs/{acme_run}/finish"),
+            &[("status", "cancelled"), ("csrf", &csrf)],
+        )
         .await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    assert_eq!(daemon.get(&format!("/v1/runs/{acme_run}")).await["status"], "cancelled");
+    assert_eq!(
+        daemon.get(&format!("/v1/runs/{acme_run}")).await["status"],
+        "cancelled"
+    );
 }

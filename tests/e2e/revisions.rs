@@ -37,19 +37,32 @@ async fn revisions_are_kept_and_a_past_decision_is_explained_against_its_own() {
         let daemon = Daemon::start(&db, &original, &TOKEN_ENV).await;
         let entity = unique("TCK");
         let (_, first) = daemon
-            .post_event(&unique("d"), &event("webhook", "ticket.created", "acme", &entity))
+            .post_event(
+                &unique("d"),
+                &event("webhook", "ticket.created", "acme", &entity),
+            )
             .await;
         assert_eq!(first["outcome"], "routed", "{backend:?}");
         let listed = revisions(&daemon).await;
         assert_eq!(listed.len(), 1, "{backend:?}: {listed:?}");
         assert!(listed[0]["in_force_until"].is_null());
-        let first_hash = listed[0]["config_revision"].as_str().expect("hash").to_owned();
-        assert_eq!(daemon.intake("").await[0]["config_revision"], first_hash.as_str());
+        let first_hash = listed[0]["config_revision"]
+            .as_str()
+            .expect("hash")
+            .to_owned();
+        assert_eq!(
+            daemon.intake("").await[0]["config_revision"],
+            first_hash.as_str()
+        );
 
         // The same file again: no new revision.
         daemon.reload(&original);
         wait_for_reloads(&daemon, 2).await;
-        assert_eq!(revisions(&daemon).await.len(), 1, "{backend:?}: unchanged reload");
+        assert_eq!(
+            revisions(&daemon).await.len(),
+            1,
+            "{backend:?}: unchanged reload"
+        );
 
         // triage disabled: a new revision, the first one closed.
         let changed = original.replacen("status = \"live\"", "status = \"disabled\"", 1);
@@ -59,28 +72,54 @@ async fn revisions_are_kept_and_a_past_decision_is_explained_against_its_own() {
         assert_eq!(listed.len(), 2, "{backend:?}: {listed:?}");
         assert!(listed[0]["in_force_until"].is_null(), "{listed:?}");
         assert_eq!(listed[1]["config_revision"], first_hash.as_str());
-        assert!(listed[1]["in_force_until"].is_string(), "closed: {listed:?}");
+        assert!(
+            listed[1]["in_force_until"].is_string(),
+            "closed: {listed:?}"
+        );
         let (_, second) = daemon
-            .post_event(&unique("d"), &event("webhook", "ticket.created", "acme", &unique("TCK")))
+            .post_event(
+                &unique("d"),
+                &event("webhook", "ticket.created", "acme", &unique("TCK")),
+            )
             .await;
-        assert_eq!(second["outcome"], "no_trigger_match", "{backend:?}: {second}");
+        assert_eq!(
+            second["outcome"], "no_trigger_match",
+            "{backend:?}: {second}"
+        );
 
         // One revision by hash (as the ledger names it) or id, with its workflows; the
         // tenant-limited token sees only its own tenant's.
         let old = daemon.get(&format!("/v1/revisions/{first_hash}")).await;
         let old_by_id = daemon
-            .get(&format!("/v1/revisions/{}", listed[1]["id"].as_str().unwrap_or_default()))
+            .get(&format!(
+                "/v1/revisions/{}",
+                listed[1]["id"].as_str().unwrap_or_default()
+            ))
             .await;
         assert_eq!(old, old_by_id);
         let statuses: Vec<(String, String)> = old["content"]["workflows"]
             .as_array()
             .expect("workflows")
             .iter()
-            .map(|w| (w["id"].as_str().unwrap_or("").into(), w["status"].as_str().unwrap_or("").into()))
+            .map(|w| {
+                (
+                    w["id"].as_str().unwrap_or("").into(),
+                    w["status"].as_str().unwrap_or("").into(),
+                )
+            })
             .collect();
-        assert!(statuses.contains(&("triage".into(), "live".into())), "{old}");
-        assert!(statuses.contains(&("globex-triage".into(), "live".into())), "{old}");
-        assert!(!old.to_string().contains("secret"), "no secrets in a revision: {old}");
+        assert!(
+            statuses.contains(&("triage".into(), "live".into())),
+            "{old}"
+        );
+        assert!(
+            statuses.contains(&("globex-triage".into(), "live".into())),
+            "{old}"
+        );
+        assert!(
+            !old.to_string().contains("secret"),
+            "no secrets in a revision: {old}"
+        );
         let (_, limited) = call(
             &daemon,
             Method::GET,
@@ -124,8 +163,14 @@ async fn revisions_are_kept_and_a_past_decision_is_explained_against_its_own() {
             assert!(today.contains("ignored: `triage` is disabled"), "{today}");
             assert!(today.contains("outcome: no_trigger_match"), "{today}");
             let then = route(&["--revision", &first_hash]);
-            assert!(then.contains(&format!("stored config revision {first_hash}")), "{then}");
-            assert!(then.contains("1. `triage` at priority 100  <- wins"), "{then}");
+            assert!(
+                then.contains(&format!("stored config revision {first_hash}")),
+                "{then}"
+            );
+            assert!(
+                then.contains("1. `triage` at priority 100  <- wins"),
+                "{then}"
+            );
             assert!(then.contains("outcome: routed to `triage`"), "{then}");
         }
         daemon.stop();
