@@ -53,6 +53,9 @@ impl Daemon {
         .context(
             "cannot record the workflows (is the database migrated? run `switchyard migrate`)",
         )?;
+        record_revision(&db, &live).await.context(
+            "cannot record the config revision (is the database migrated? run `switchyard migrate`)",
+        )?;
         log_revision(&live);
         let live = LiveConfig::new(live);
         let wake = Arc::new(Wake::default());
@@ -78,6 +81,7 @@ impl Daemon {
             sources,
             wake,
             targets,
+            console: Arc::default(),
         };
         Ok(Self {
             state,
@@ -119,6 +123,9 @@ impl Daemon {
         )
         .await
         .context("cannot record the new workflows; the old revision stays in force")?;
+        record_revision(&self.state.db, &live)
+            .await
+            .context("cannot record the new config revision; the old revision stays in force")?;
         log_revision(&live);
         let sources = live.settings.sources.clone();
         self.state.live.replace(live);
@@ -199,6 +206,22 @@ pub async fn run(
         .await?
         .serve(listener, shutdown)
         .await
+}
+
+/// Stores the revision coming into force (nothing when it is the one in force already).
+async fn record_revision(
+    db: &sea_orm::DatabaseConnection,
+    live: &Live,
+) -> Result<(), sea_orm::DbErr> {
+    let content = store::revisions::RevisionContent::of(&live.settings);
+    let now = switchyard_router::now_millis();
+    if store::revisions::record(db, live.revision(), &content, now).await? {
+        tracing::info!(
+            config_revision = live.revision(),
+            "config revision recorded"
+        );
+    }
+    Ok(())
 }
 
 fn log_revision(live: &Live) {

@@ -4,8 +4,10 @@
 mod background;
 pub mod commands;
 pub mod config;
+mod console;
 mod daemon;
 pub mod dispatcher;
+pub mod explain;
 pub mod http;
 pub mod intake;
 pub mod live;

@@ -77,6 +77,10 @@ enum Command {
         /// A JSON file with channel, event_type, tenant_id, target_entity_id (payload optional).
         #[arg(long, short)]
         event: PathBuf,
+        /// Explain against a stored past revision (its id or `config_revision` hash, as
+        /// `GET /v1/revisions` and the ledger name it) instead of the file's workflows.
+        #[arg(long)]
+        revision: Option<String>,
     },
 }
 
@@ -191,7 +195,11 @@ fn main() -> ExitCode {
                 switchyard::commands::serve(config, !no_migrate).await
             }
             Command::Migrate { config } => switchyard::commands::migrate(config).await,
-            Command::Route { config, event } => switchyard::commands::route(&config, &event).await,
+            Command::Route {
+                config,
+                event,
+                revision,
+            } => switchyard::commands::route(&config, &event, revision.as_deref()).await,
             Command::Check { .. } => Ok(()),
         }
     });

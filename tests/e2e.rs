@@ -4,11 +4,14 @@
 mod e2e {
     pub mod harness;
 
+    mod access;
+    mod browser;
     mod chaos;
     mod cli;
     mod cloudevents;
     mod concurrency;
     mod conditions;
+    mod console;
     mod dispatch;
     mod email;
     mod hardening;
@@ -19,6 +22,7 @@ mod e2e {
     mod pull;
     mod reload;
     mod retention;
+    mod revisions;
     mod slack;
     mod spine;
     mod sqlite;

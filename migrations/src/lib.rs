@@ -8,6 +8,7 @@ mod m0002_dispatch;
 mod m0003_binary_keys;
 mod m0004_lease_expiry_index;
 mod m0005_trace_context;
+mod m0006_config_revisions;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -23,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0003_binary_keys::Migration),
             Box::new(m0004_lease_expiry_index::Migration),
             Box::new(m0005_trace_context::Migration),
+            Box::new(m0006_config_revisions::Migration),
         ]
     }
 }

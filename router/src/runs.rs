@@ -243,17 +243,54 @@ pub async fn list<C: ConnectionTrait>(
     before: Option<&str>,
     limit: u64,
 ) -> Result<Vec<run::Model>, DbErr> {
+    let tenants = tenant_id.map(|t| vec![t.to_owned()]);
+    let filter = RunFilter {
+        tenants: tenants.as_deref(),
+        status,
+        before,
+        ..RunFilter::default()
+    };
+    list_filtered(db, &filter, limit).await
+}
+
+/// Which runs a listing shows.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RunFilter<'a> {
+    /// Only these tenants' runs (`None`: every tenant; empty: none).
+    pub tenants: Option<&'a [String]>,
+    pub status: Option<RunStatus>,
+    pub workflow_id: Option<&'a str>,
+    pub target_entity_id: Option<&'a str>,
+    /// Only runs with a smaller (older) id: the next page's cursor.
+    pub before: Option<&'a str>,
+}
+
+/// Runs newest first, as `filter` says.
+pub async fn list_filtered<C: ConnectionTrait>(
+    db: &C,
+    filter: &RunFilter<'_>,
+    limit: u64,
+) -> Result<Vec<run::Model>, DbErr> {
     let mut query = run::Entity::find()
         .order_by_desc(run::Column::Id)
         .limit(limit);
-    if let Some(before) = before {
+    if let Some(before) = filter.before {
         query = query.filter(run::Column::Id.lt(before));
     }
-    if let Some(tenant_id) = tenant_id {
-        query = query.filter(run::Column::TenantId.eq(tenant_id));
+    if let Some(tenants) = filter.tenants {
+        if tenants.is_empty() {
+            return Ok(Vec::new());
+        }
+        query = query.filter(run::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
     }
-    if let Some(status) = status {
+    if let Some(status) = filter.status {
         query = query.filter(run::Column::Status.eq(status));
+    }
+    if let Some(workflow_id) = filter.workflow_id {
+        query = query.filter(run::Column::WorkflowId.eq(workflow_id));
+    }
+    if let Some(entity) = filter.target_entity_id {
+        query = query.filter(run::Column::TargetEntityId.eq(entity));
     }
     query.all(db).await
 }
@@ -265,14 +302,29 @@ pub async fn held_locks<C: ConnectionTrait>(
     now: Millis,
     limit: u64,
 ) -> Result<Vec<entity_lock::Model>, DbErr> {
+    let tenants = tenant_id.map(|t| vec![t.to_owned()]);
+    held_locks_of(db, tenants.as_deref(), now, limit).await
+}
+
+/// Entity leases currently held, of these tenants (`None`: every tenant; empty: none).
+pub async fn held_locks_of<C: ConnectionTrait>(
+    db: &C,
+    tenants: Option<&[String]>,
+    now: Millis,
+    limit: u64,
+) -> Result<Vec<entity_lock::Model>, DbErr> {
     let mut query = entity_lock::Entity::find()
         .filter(entity_lock::Column::RunId.is_not_null())
         .filter(entity_lock::Column::ExpiresAt.gt(now))
         .order_by_asc(entity_lock::Column::TenantId)
         .order_by_asc(entity_lock::Column::TargetEntityId)
         .limit(limit);
-    if let Some(tenant_id) = tenant_id {
-        query = query.filter(entity_lock::Column::TenantId.eq(tenant_id));
+    if let Some(tenants) = tenants {
+        if tenants.is_empty() {
+            return Ok(Vec::new());
+        }
+        query =
+            query.filter(entity_lock::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
     }
     query.all(db).await
 }

@@ -131,11 +131,20 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
                 .push(format!("{error}: `serve` would refuse to start"));
         }
     }
-    if env(&config.server.api_token_env).is_none() {
-        report.errors.push(format!(
+    match env(&config.server.api_token_env) {
+        None => report.errors.push(format!(
             "server.api_token_env names `{}`, which is not set: `serve` would refuse to start",
             config.server.api_token_env
-        ));
+        )),
+        Some(api_token) => {
+            if let Err(problems) = crate::config::resolve_tokens(&config.tokens, &api_token, env) {
+                report.errors.extend(
+                    problems
+                        .into_iter()
+                        .map(|p| format!("{p}: `serve` would refuse to start")),
+                );
+            }
+        }
     }
     report
 }

@@ -1,16 +1,19 @@
-//! `switchyard route`: a dry run of one event against the config — each candidate's verdict
-//! (priority, and whether its condition holds for the event's payload), which workflow would
-//! win, and whether its entity is locked right now. Writes nothing.
+//! `switchyard route`: a dry run of one event against the config (or a stored past revision) —
+//! each candidate's verdict (priority, and whether its condition holds for the event's
+//! payload), which workflow would win, and whether its entity is locked right now. Writes
+//! nothing.
 
 use std::path::Path;
 
 use anyhow::Context;
 use serde::Deserialize;
-use switchyard_core::{Channel, WorkflowStatus};
-use switchyard_router::{Choice, TriggerIndex, now_millis, runs};
+use switchyard_core::Channel;
+use switchyard_router::{now_millis, runs};
 
 use crate::config::LoadedConfig;
+use crate::explain::explain;
 use crate::store;
+use crate::store::revisions;
 
 /// The event to try; `payload` and `raw_ref` may be left out.
 #[derive(Debug, Deserialize)]
@@ -31,87 +34,97 @@ fn empty_payload() -> serde_json::Value {
     serde_json::json!({})
 }
 
-/// Prints the dry run's explanation.
-pub async fn route(config_path: &Path, event_path: &Path) -> anyhow::Result<()> {
+/// Prints the dry run's explanation, against the config file or (`revision`, an id or
+/// `config_revision` hash from the ledger) a past revision stored in the database.
+pub async fn route(
+    config_path: &Path,
+    event_path: &Path,
+    revision: Option<&str>,
+) -> anyhow::Result<()> {
     let loaded = LoadedConfig::load(config_path)?;
     let text = std::fs::read_to_string(event_path)
         .with_context(|| format!("cannot read {}", event_path.display()))?;
     let event: SampleEvent = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a canonical event", event_path.display()))?;
-    let workflows = loaded.workflows();
-    let index = TriggerIndex::build(loaded.revision.clone(), &workflows);
+    let (revision_label, workflows) = match revision {
+        None => (
+            format!("config revision {}", loaded.revision),
+            loaded.workflows(),
+        ),
+        Some(wanted) => {
+            let db = open_read_only(&loaded).await?;
+            let stored = revisions::get(&db, wanted)
+                .await
+                .context("cannot read config_revisions (is the database migrated?)")?
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "no config revision `{wanted}` is stored (see GET /v1/revisions)"
+                    )
+                })?;
+            let until = stored
+                .in_force_until
+                .map_or("now".to_owned(), crate::http::millis_to_rfc3339);
+            (
+                format!(
+                    "stored config revision {} ({}), in force {} to {until}",
+                    stored.hash,
+                    stored.id,
+                    crate::http::millis_to_rfc3339(stored.in_force_from)
+                ),
+                stored.content.domain_workflows(),
+            )
+        }
+    };
 
     println!(
-        "event: {} {} tenant={} entity={} (config revision {})",
-        event.channel, event.event_type, event.tenant_id, event.target_entity_id, loaded.revision
+        "event: {} {} tenant={} entity={} ({revision_label})",
+        event.channel, event.event_type, event.tenant_id, event.target_entity_id
     );
-    for workflow in workflows.iter().filter(|w| {
-        w.status != WorkflowStatus::Live
-            && w.tenant_id == event.tenant_id
-            && w.triggers
-                .iter()
-                .any(|t| t.channel == event.channel && t.event_type == event.event_type)
-    }) {
+    let explained = explain(
+        &loaded.revision,
+        &workflows,
+        &event.tenant_id,
+        event.channel,
+        &event.event_type,
+        &event.payload,
+    );
+    for ignored in explained.candidates.iter().filter(|c| c.rank.is_none()) {
         println!(
             "  ignored: `{}` is {} (only live workflows match)",
-            workflow.id,
-            workflow.status.as_str()
+            ignored.workflow_id,
+            ignored.status.as_str()
         );
     }
-    let verdicts = index.verdicts(
-        &event.tenant_id,
-        event.channel,
-        &event.event_type,
-        &event.payload,
-    );
-    let choice = index.choose_for(
-        &event.tenant_id,
-        event.channel,
-        &event.event_type,
-        &event.payload,
-    );
-    let winner = match choice {
-        Choice::Chosen(winner) => Some(winner),
-        Choice::NoTrigger => {
-            println!(
-                "outcome: no_trigger_match (no live workflow of tenant `{}` triggers on this)",
-                event.tenant_id
-            );
-            return Ok(());
-        }
-        Choice::NoConditionHeld(_) => None,
-    };
-    let mut marked = false;
-    for (rank, verdict) in verdicts.iter().enumerate() {
-        let candidate = &verdict.candidate;
-        let condition = match (&candidate.when, &verdict.failed) {
+    if explained.live().next().is_none() {
+        println!(
+            "outcome: no_trigger_match (no live workflow of tenant `{}` triggers on this)",
+            event.tenant_id
+        );
+        return Ok(());
+    }
+    for candidate in explained.live() {
+        let condition = match (&candidate.when, &candidate.failed) {
             (None, _) => String::new(),
             (Some(when), None) => format!(", when {when}: holds"),
             (Some(_), Some(failed)) => format!(", condition fails: {failed}"),
         };
-        let wins = !marked && verdict.failed.is_none();
-        marked |= wins;
-        let mark = if wins { "  <- wins" } else { "" };
+        let mark = if candidate.wins { "  <- wins" } else { "" };
         println!(
             "  {}. `{}` at priority {}{condition}{mark}",
-            rank + 1,
+            candidate.rank.unwrap_or_default(),
             candidate.workflow_id,
             candidate.priority
         );
     }
-    let Some(winner) = winner else {
+    let Some(winner) = explained.winner().cloned() else {
         println!("outcome: no_trigger_match (no candidate's condition holds for this payload)");
         return Ok(());
     };
-    if verdicts
-        .iter()
-        .filter(|v| v.failed.is_none())
-        .nth(1)
-        .is_some_and(|v| v.candidate.priority == winner.priority)
-    {
+    if explained.tie {
         println!("  note: a priority tie, broken by workflow id");
     }
 
+    // The lock is read as it is now, whichever revision explains the choice.
     match lock_state(&loaded, &event.tenant_id, &event.target_entity_id).await {
         Ok(Some((run_id, expires_at))) => println!(
             "outcome: entity_locked (`{}` would be chosen, but run {run_id} holds {} until {})",
@@ -138,10 +151,7 @@ async fn lock_state(
     tenant_id: &str,
     entity_id: &str,
 ) -> anyhow::Result<Option<(String, i64)>> {
-    let url = loaded.database_url().replace("mode=rwc", "mode=ro");
-    let db = store::connect(&url, &loaded.config.database)
-        .await
-        .context("cannot open the database")?;
+    let db = open_read_only(loaded).await?;
     let now = now_millis();
     Ok(runs::lock_of(&db, tenant_id, entity_id)
         .await
@@ -150,4 +160,12 @@ async fn lock_state(
             lock.held_at(now)
                 .map(|run_id| (run_id.to_owned(), lock.expires_at))
         }))
+}
+
+/// The database, SQLite read-only so a dry run never creates a file.
+async fn open_read_only(loaded: &LoadedConfig) -> anyhow::Result<sea_orm::DatabaseConnection> {
+    let url = loaded.database_url().replace("mode=rwc", "mode=ro");
+    store::connect(&url, &loaded.config.database)
+        .await
+        .context("cannot open the database")
 }

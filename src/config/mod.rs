@@ -5,6 +5,7 @@ mod retention;
 mod sources;
 mod targets;
 mod telemetry;
+mod tokens;
 mod workflows;
 
 use std::collections::HashSet;
@@ -22,6 +23,7 @@ pub use targets::{
     ResolvedTarget, TargetConfig,
 };
 pub use telemetry::{OtlpEndpoint, TelemetryConfig};
+pub use tokens::{API_TOKEN_NAME, ResolvedToken, Scope, TokenConfig, resolve as resolve_tokens};
 pub use workflows::WorkflowConfig;
 
 /// The whole file.
@@ -49,6 +51,9 @@ pub struct Config {
     /// OpenTelemetry trace export (off unless `otlp_endpoint` is set).
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Scoped bearer tokens for the admin API and the console.
+    #[serde(default, rename = "token")]
+    pub tokens: Vec<TokenConfig>,
 }
 
 /// `[server]`.
@@ -375,6 +380,7 @@ impl Config {
             );
         }
         problems.extend(self.retention.problems());
+        problems.extend(tokens::problems(&self.tokens));
         if self.database.writers == Some(0) {
             problems.push("database.writers must be at least 1".into());
         }
@@ -435,6 +441,8 @@ pub fn process_env(name: &str) -> Option<String> {
 pub struct Settings {
     pub loaded: LoadedConfig,
     pub api_token: String,
+    /// The `[[token]]` entries with their secrets (the API token is not among them).
+    pub tokens: Vec<ResolvedToken>,
     pub sources: Vec<ResolvedSource>,
     /// Every target in force ([`LoadedConfig::targets`]) with its secrets.
     pub targets: Vec<ResolvedTarget>,
@@ -450,6 +458,8 @@ impl Settings {
                  and /v1/events need a bearer token"
             ))
         })?;
+        let tokens = tokens::resolve(&loaded.config.tokens, &api_token, env)
+            .map_err(|problems| ConfigError::Invalid(problems.join("\n")))?;
         let sources = loaded
             .config
             .sources
@@ -466,6 +476,7 @@ impl Settings {
         Ok(Self {
             loaded,
             api_token,
+            tokens,
             sources,
             targets,
         })

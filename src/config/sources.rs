@@ -44,6 +44,16 @@ impl SourceConfig {
         }
     }
 
+    /// The tenants this source's deliveries belong to (a Slack source maps teams to tenants).
+    pub fn tenants(&self) -> Vec<&str> {
+        match self {
+            SourceConfig::Webhook(c) => vec![c.tenant.as_str()],
+            SourceConfig::Slack(c) => c.teams.values().map(String::as_str).collect(),
+            SourceConfig::Email(c) => vec![c.tenant.as_str()],
+            SourceConfig::CloudEvents(c) => vec![c.tenant.as_str()],
+        }
+    }
+
     /// The adapter's own validation, as a sentence.
     pub fn validate(&self) -> Result<(), String> {
         match self {

@@ -388,3 +388,43 @@ fn target_secrets_fail_closed_and_must_be_standard_webhooks_keys() {
     let settings = Settings::resolve(parse(text).expect("parses"), &good).expect("resolves");
     assert_eq!(settings.targets.len(), 2, "t and the built-in pull target");
 }
+
+#[test]
+fn token_typos_are_errors_naming_the_key_and_line() {
+    let scope =
+        parse("[[token]]\nname = \"a\"\nsecret_env = \"A\"\nscopes = [\"read\", \"rule:all\"]\n")
+            .expect_err("unknown scope")
+            .to_string();
+    assert!(
+        scope.contains("rule:all") && scope.contains("line 4"),
+        "{scope}"
+    );
+    let key = parse(
+        "[[token]]\nname = \"a\"\nsecret_env = \"A\"\nscopes = [\"read\"]\ntenant = [\"acme\"]\n",
+    )
+    .expect_err("unknown key")
+    .to_string();
+    assert!(
+        key.contains("unknown field `tenant`") && key.contains("line 5"),
+        "{key}"
+    );
+    let loaded = parse(
+        "[[token]]\nname = \"ops\"\nsecret_env = \"OPS\"\nscopes = [\"read\", \"runs:write\"]\ntenants = [\"acme\"]\n",
+    )
+    .expect("parses");
+    let with_ops = |name: &str| match name {
+        "OPS" => Some("ops-secret".to_owned()),
+        other => env(other),
+    };
+    let settings = Settings::resolve(loaded.clone(), &with_ops).expect("resolves");
+    assert_eq!(settings.tokens.len(), 1);
+    assert_eq!(settings.tokens[0].name, "ops");
+    assert!(settings.tokens[0].scopes.contains(&Scope::RunsWrite));
+    let unset = Settings::resolve(loaded, &env)
+        .expect_err("OPS unset")
+        .to_string();
+    assert!(
+        unset.contains("secret_env names `OPS`, which is not set"),
+        "{unset}"
+    );
+}

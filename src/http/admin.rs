@@ -15,7 +15,9 @@ use switchyard_core::Outcome;
 use switchyard_router::now_millis;
 use switchyard_router::runs as lifecycle;
 
+use super::auth::Principal;
 use super::{ApiError, AppState};
+use crate::config::Scope;
 use crate::store::entities::intake;
 use crate::store::ledger;
 
@@ -44,13 +46,35 @@ pub fn parse_limit(limit: Option<&str>) -> Result<u64, ApiError> {
     }
 }
 
+/// An RFC 3339 time (`2026-12-01T10:42:00Z`) or a date (`2026-12-01`, midnight UTC) as epoch
+/// milliseconds, for the `since`/`until` filters.
+pub fn parse_time(key: &str, text: &str) -> Result<i64, ApiError> {
+    if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(time.timestamp_millis());
+    }
+    for format in ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"] {
+        if let Ok(time) = chrono::NaiveDateTime::parse_from_str(text, format) {
+            return Ok(time.and_utc().timestamp_millis());
+        }
+    }
+    if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Ok(date
+            .and_time(chrono::NaiveTime::MIN)
+            .and_utc()
+            .timestamp_millis());
+    }
+    Err(ApiError::BadRequest(format!(
+        "`{key}` must be an RFC 3339 time (2026-12-01T10:42:00Z) or a date (2026-12-01), not `{text}`"
+    )))
+}
+
 pub fn millis_to_rfc3339(millis: i64) -> String {
     chrono::DateTime::from_timestamp_millis(millis)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
         .unwrap_or_default()
 }
 
-fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+pub(crate) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     query
         .map(|Query(q)| q)
         .map_err(|e| ApiError::BadRequest(e.body_text()))
@@ -62,6 +86,13 @@ struct IntakeQuery {
     tenant: Option<String>,
     outcome: Option<String>,
     source: Option<String>,
+    /// Only deliveries about this target entity (ticket, thread).
+    entity: Option<String>,
+    delivery_id: Option<String>,
+    /// Received at or after this time (RFC 3339 or a date).
+    since: Option<String>,
+    /// Received before this time.
+    until: Option<String>,
     limit: Option<String>,
     /// Only rows older than this intake id: the cursor of the next page (`next_before`).
     before: Option<String>,
@@ -139,8 +170,10 @@ impl IntakeView {
 
 async fn list_intake(
     State(state): State<AppState>,
+    principal: Principal,
     q: Result<Query<IntakeQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    principal.require(Scope::Read)?;
     let q = query(q)?;
     if let Some(outcome) = &q.outcome {
         outcome.parse::<Outcome>().map_err(ApiError::BadRequest)?;
@@ -160,12 +193,27 @@ async fn list_intake(
             "`limit` must be at most {MAX_LIMIT_WITH_PAYLOADS} with `include=payload`"
         )));
     }
+    let since = q
+        .since
+        .as_deref()
+        .map(|t| parse_time("since", t))
+        .transpose()?;
+    let until = q
+        .until
+        .as_deref()
+        .map(|t| parse_time("until", t))
+        .transpose()?;
+    let tenants = principal.tenant_filter(q.tenant.as_deref());
     let rows = ledger::list(
         &state.db,
         ledger::Filter {
-            tenant_id: q.tenant.as_deref(),
+            tenants: tenants.as_deref(),
             outcome: q.outcome.as_deref(),
             source: q.source.as_deref(),
+            target_entity_id: q.entity.as_deref(),
+            delivery_id: q.delivery_id.as_deref(),
+            since,
+            until,
             before: q.before.as_deref(),
         },
         limit,
@@ -181,8 +229,25 @@ async fn list_intake(
     Ok(Json(json!({ "intake": rows, "next_before": next_before })))
 }
 
-async fn raw(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn raw(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    principal.require(Scope::RawRead)?;
     let id = id.strip_prefix("raw:").unwrap_or(&id);
+    if principal.tenants().is_some() {
+        // The raw id is its ledger row's id; the row says whose bytes they are.
+        let tenants = principal.tenant_filter(None);
+        if ledger::get(&state.db, id, tenants.as_deref())
+            .await?
+            .is_none()
+        {
+            return Err(ApiError::NotFound(format!(
+                "no raw delivery with id `{id}`"
+            )));
+        }
+    }
     let Some(raw) = ledger::raw(&state.db, id).await? else {
         return Err(missing_raw(&state, id).await?);
     };
@@ -221,11 +286,15 @@ struct LocksQuery {
 
 async fn locks(
     State(state): State<AppState>,
+    principal: Principal,
     q: Result<Query<LocksQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    principal.require(Scope::Read)?;
     let q = query(q)?;
     let limit = parse_limit(q.limit.as_deref())?;
-    let locks = lifecycle::held_locks(&state.db, q.tenant.as_deref(), now_millis(), limit).await?;
+    let tenants = principal.tenant_filter(q.tenant.as_deref());
+    let locks =
+        lifecycle::held_locks_of(&state.db, tenants.as_deref(), now_millis(), limit).await?;
     let locks: Vec<Value> = locks
         .into_iter()
         .map(|lock| {
@@ -241,15 +310,28 @@ async fn locks(
     Ok(Json(json!({ "locks": locks })))
 }
 
-async fn workflows(State(state): State<AppState>) -> Json<Value> {
+async fn workflows(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> Result<Json<Value>, ApiError> {
+    principal.require(Scope::Read)?;
     let live = state.live.current();
-    Json(json!({
+    let workflows: Vec<_> = live
+        .workflows
+        .iter()
+        .filter(|w| principal.sees(&w.tenant_id))
+        .collect();
+    Ok(Json(json!({
         "config_revision": live.revision(),
-        "workflows": live.workflows,
-    }))
+        "workflows": workflows,
+    })))
 }
 
-async fn sources(State(state): State<AppState>) -> Json<Value> {
+async fn sources(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> Result<Json<Value>, ApiError> {
+    principal.require(Scope::Read)?;
     let live = state.live.current();
     let statuses = state.sources.snapshot();
     let sources: Vec<Value> = live
@@ -258,6 +340,7 @@ async fn sources(State(state): State<AppState>) -> Json<Value> {
         .config
         .sources
         .iter()
+        .filter(|source| source.tenants().iter().any(|t| principal.sees(t)))
         .map(|source| {
             json!({
                 "kind": source.kind(),
@@ -266,5 +349,5 @@ async fn sources(State(state): State<AppState>) -> Json<Value> {
             })
         })
         .collect();
-    Json(json!({ "sources": sources }))
+    Ok(Json(json!({ "sources": sources })))
 }

@@ -1,17 +1,145 @@
-//! The bearer token that guards `/v1/events` and the admin API.
+//! Who is calling: the bearer token that guards `/v1/events` and the admin API becomes a
+//! [`Principal`] with scopes and an optional tenant limit, which every handler checks.
+//!
+//! Invariant: a handler reaches tenant rows only through [`Principal::tenant_filter`] or after
+//! [`Principal::sees`]; a row of another tenant is answered 404, as if it did not exist.
 
-use axum::extract::{Request, State};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::StatusCode;
 use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::Response;
 use subtle::ConstantTimeEq;
 
 use super::{ApiError, AppState};
+use crate::config::{API_TOKEN_NAME, Scope};
+use crate::live::Live;
 
-/// Refuses requests without `Authorization: Bearer <token>` matching the configured token.
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    /// The token's name (`api_token` for `server.api_token_env`).
+    pub name: String,
+    scopes: Arc<BTreeSet<Scope>>,
+    /// `None`: every tenant.
+    tenants: Option<Arc<BTreeSet<String>>>,
+}
+
+impl Principal {
+    /// The token whose secret is `presented`, if any. Every configured secret is compared, in
+    /// constant time, so the answer's timing says nothing about which one nearly matched.
+    pub fn authenticate(live: &Live, presented: &str) -> Option<Principal> {
+        let presented = presented.as_bytes();
+        let mut found = None;
+        if bool::from(presented.ct_eq(live.settings.api_token.as_bytes())) {
+            found = Some(Principal {
+                name: API_TOKEN_NAME.to_owned(),
+                scopes: Arc::new(BTreeSet::from([Scope::Admin])),
+                tenants: None,
+            });
+        }
+        for token in &live.settings.tokens {
+            if bool::from(presented.ct_eq(token.secret.as_bytes())) && found.is_none() {
+                found = Some(Principal {
+                    name: token.name.clone(),
+                    scopes: Arc::new(token.scopes.clone()),
+                    tenants: token.tenants.clone().map(Arc::new),
+                });
+            }
+        }
+        found
+    }
+
+    /// Whether the token carries `scope` (or `admin`).
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope)
+    }
+
+    /// 403 naming the scope when the token lacks it.
+    pub fn require(&self, scope: Scope) -> Result<(), ApiError> {
+        if self.has(scope) {
+            Ok(())
+        } else {
+            Err(ApiError::Refused {
+                status: StatusCode::FORBIDDEN,
+                error: "missing_scope",
+                detail: format!("token `{}` lacks the `{scope}` scope this needs", self.name),
+            })
+        }
+    }
+
+    /// 403 unless the token may see every tenant (for what spans all of them, like metrics).
+    pub fn require_every_tenant(&self, what: &str) -> Result<(), ApiError> {
+        if self.tenants.is_none() {
+            Ok(())
+        } else {
+            Err(ApiError::Refused {
+                status: StatusCode::FORBIDDEN,
+                error: "tenant_limited",
+                detail: format!(
+                    "token `{}` is limited to some tenants; {what} covers every tenant",
+                    self.name
+                ),
+            })
+        }
+    }
+
+    /// Whether a row of `tenant` is visible to this caller.
+    pub fn sees(&self, tenant: &str) -> bool {
+        self.tenants.as_ref().is_none_or(|t| t.contains(tenant))
+    }
+
+    /// The tenants a listing may show: `None` for every tenant, else the list (empty when the
+    /// caller asked for a tenant it may not see, so the answer is an empty page, not a 403
+    /// that would confirm the tenant exists).
+    pub fn tenant_filter(&self, requested: Option<&str>) -> Option<Vec<String>> {
+        match (requested, &self.tenants) {
+            (None, None) => None,
+            (Some(tenant), None) => Some(vec![tenant.to_owned()]),
+            (None, Some(allowed)) => Some(allowed.iter().cloned().collect()),
+            (Some(tenant), Some(allowed)) => Some(
+                allowed
+                    .contains(tenant)
+                    .then(|| tenant.to_owned())
+                    .into_iter()
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The tenant limit, if any.
+    pub fn tenants(&self) -> Option<&BTreeSet<String>> {
+        self.tenants.as_deref()
+    }
+
+    /// The token's scopes as written (for the console's header).
+    pub fn scopes(&self) -> impl Iterator<Item = Scope> + '_ {
+        self.scopes.iter().copied()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .ok_or(ApiError::Unauthorized("missing bearer token"))
+    }
+}
+
+/// Refuses requests without `Authorization: Bearer <token>` naming a configured token (401),
+/// and hands the handlers the [`Principal`] it names. Tokens are read from the revision in
+/// force, so a reload adds, changes or revokes them at once.
 pub async fn require_api_token(
     State(state): State<AppState>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     let presented = request
@@ -20,29 +148,23 @@ pub async fn require_api_token(
         .and_then(|value| value.to_str().ok())
         .and_then(bearer_token)
         .ok_or(ApiError::Unauthorized("missing bearer token"))?;
-    let live = state.live.current();
-    let expected = live.settings.api_token.as_bytes();
-    if !bool::from(presented.as_bytes().ct_eq(expected)) {
-        return Err(ApiError::Unauthorized("wrong bearer token"));
-    }
+    let principal = Principal::authenticate(&state.live.current(), presented)
+        .ok_or(ApiError::Unauthorized("wrong bearer token"))?;
+    request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
 }
 
-/// Whether the request presents the daemon's API token: `None` when it presents no bearer
-/// token at all, so a caller can fall back to another proof (a signature).
-pub(super) fn presents_api_token(
+/// The caller of a request that may also prove itself another way (a CloudEvents source's
+/// signature): `None` without a bearer token, `Some(None)` for a token that is not configured.
+pub(super) fn bearer_principal(
     headers: &axum::http::HeaderMap,
     live: &crate::live::Live,
-) -> Option<bool> {
+) -> Option<Option<Principal>> {
     let presented = headers
         .get(AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(bearer_token)?;
-    Some(bool::from(
-        presented
-            .as_bytes()
-            .ct_eq(live.settings.api_token.as_bytes()),
-    ))
+    Some(Principal::authenticate(live, presented))
 }
 
 /// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive

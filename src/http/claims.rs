@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use switchyard_router::now_millis;
 use switchyard_router::outbox::{self, ClaimError, ClaimedRun, PullClaim, PullTarget};
 
+use super::auth::Principal;
 use super::{ApiError, AppState, millis_to_rfc3339};
-use crate::config::ResolvedTarget;
+use crate::config::{ResolvedTarget, Scope};
 use crate::dispatcher::message;
 use crate::telemetry::DispatchSpan;
 
@@ -49,13 +50,28 @@ struct ClaimRequest {
 
 async fn claim(
     State(state): State<AppState>,
+    principal: Principal,
     body: Result<Json<ClaimRequest>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    principal.require(Scope::RunsWrite)?;
+    let Json(mut request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     if request.workflows.is_empty() {
         return Err(ApiError::BadRequest(
             "`workflows` must name at least one workflow".into(),
         ));
+    }
+    if principal.tenants().is_some() {
+        // Runs are claimed by workflow; a tenant-limited worker gets only its tenants'
+        // workflows (others claim nothing, as unknown workflows do).
+        let live = state.live.current();
+        request.workflows.retain(|id| {
+            live.workflows
+                .iter()
+                .any(|w| &w.id == id && principal.sees(&w.tenant_id))
+        });
+        if request.workflows.is_empty() {
+            return Ok(Json(json!({ "claims": [] })));
+        }
     }
     let max = request.max.unwrap_or(1);
     if !(1..=MAX_CLAIM).contains(&max) {
@@ -146,11 +162,13 @@ fn claim_ttl(state: &AppState, target: &str) -> i64 {
 
 async fn extend(
     State(state): State<AppState>,
+    principal: Principal,
     Path(token): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    principal.require(Scope::RunsWrite)?;
     let now = now_millis();
     // The ttl of the claim's own target; looked up after the row is found.
-    let row = find_claim(&state, &token).await?;
+    let row = find_claim(&state, &principal, &token).await?;
     let ttl = claim_ttl(&state, &row);
     let (dispatch, expires_at) = outbox::extend_claim(&state.db, &token, ttl, now)
         .await
@@ -161,15 +179,27 @@ async fn extend(
     })))
 }
 
-async fn find_claim(state: &AppState, token: &str) -> Result<String, ApiError> {
+/// The target of the claim `token`, if the caller may see its run's tenant (a claim of
+/// another tenant is `claim_lost`, like an unknown one).
+async fn find_claim(
+    state: &AppState,
+    principal: &Principal,
+    token: &str,
+) -> Result<String, ApiError> {
     use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
     use switchyard_router::entities::dispatch;
-    dispatch::Entity::find()
+    let row = dispatch::Entity::find()
         .filter(dispatch::Column::ClaimToken.eq(token))
         .one(&state.db)
         .await?
-        .map(|row| row.target)
-        .ok_or_else(|| claim_error(ClaimError::Lost))
+        .ok_or_else(|| claim_error(ClaimError::Lost))?;
+    if principal.tenants().is_some() {
+        let run = switchyard_router::runs::get(&state.db, &row.run_id).await?;
+        if !run.is_some_and(|run| principal.sees(&run.tenant_id)) {
+            return Err(claim_error(ClaimError::Lost));
+        }
+    }
+    Ok(row.target)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -182,9 +212,12 @@ struct ReleaseRequest {
 
 async fn release(
     State(state): State<AppState>,
+    principal: Principal,
     Path(token): Path<String>,
     body: Result<Option<Json<ReleaseRequest>>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    principal.require(Scope::RunsWrite)?;
+    find_claim(&state, &principal, &token).await?;
     let body = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let request = body.map(|Json(r)| r).unwrap_or_default();
     let delay = millis(request.delay.unwrap_or_default());

@@ -13,7 +13,9 @@ use switchyard_core::{Channel, Event, Outcome};
 use uuid::Uuid;
 
 use super::AppState;
+use super::auth::Principal;
 use super::intake_answer::{self, Style};
+use crate::config::Scope;
 use crate::intake::{Delivery, DeliveryBody, Raw};
 use crate::store::MAX_KEY_LEN;
 
@@ -40,9 +42,13 @@ pub fn router() -> Router<AppState> {
 
 async fn post_event(
     State(state): State<AppState>,
+    principal: Principal,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if let Err(error) = principal.require(Scope::EventsWrite) {
+        return error.into_response();
+    }
     let body = match intake_answer::body(body, &state) {
         Ok(body) => body,
         Err(error) => return error.into_response(),
@@ -78,6 +84,18 @@ async fn post_event(
     };
     if let Err(error) = event.validate() {
         return invalid(error.to_string());
+    }
+    if !principal.sees(&event.tenant_id) {
+        // Refused before the ledger: nothing is recorded for a tenant the token may not touch.
+        return super::ApiError::Refused {
+            status: axum::http::StatusCode::FORBIDDEN,
+            error: "tenant_forbidden",
+            detail: format!(
+                "token `{}` may not send events for tenant `{}`",
+                principal.name, event.tenant_id
+            ),
+        }
+        .into_response();
     }
     for (field, value) in [
         ("event_type", &event.event_type),

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::intake_answer::{self, Style};
 use super::{ApiError, AppState};
-use crate::config::ResolvedSource;
+use crate::config::{ResolvedSource, Scope};
 use crate::intake::{Answer, Delivery, DeliveryBody, Raw, digest_id};
 
 pub fn router() -> Router<AppState> {
@@ -51,11 +51,26 @@ async fn ingest(
         tracing::warn!(source = %name, %detail, outcome = "unauthorized_source", "cloudevents delivery refused");
         intake_answer::refuse(Outcome::UnauthorizedSource, detail, Style::Standard)
     };
-    // The API token stands in for a tenant-scoped `events:write` token until scoped tokens
-    // exist; a wrong token is refused outright, never retried as a signature.
-    match (super::auth::presents_api_token(&headers, &live), key) {
-        (Some(true), _) => {}
-        (Some(false), _) => return unauthorized("bad_token: wrong bearer token".into()),
+    // A token with `events:write` for the source's tenant, or the source's signature; a
+    // token that is wrong or lacks the right is refused outright, never retried as a signature.
+    match (super::auth::bearer_principal(&headers, &live), key) {
+        (Some(Some(principal)), _) => {
+            if let Err(error) = principal.require(Scope::EventsWrite) {
+                return error.into_response();
+            }
+            if !principal.sees(&config.tenant) {
+                return ApiError::Refused {
+                    status: StatusCode::FORBIDDEN,
+                    error: "tenant_forbidden",
+                    detail: format!(
+                        "token `{}` may not send events for tenant `{}` (source `{name}`)",
+                        principal.name, config.tenant
+                    ),
+                }
+                .into_response();
+            }
+        }
+        (Some(None), _) => return unauthorized("bad_token: unknown bearer token".into()),
         (None, Some(key)) => {
             let now = chrono::Utc::now().timestamp();
             if let Err(error) = switchyard_cloudevents::verify(
@@ -71,7 +86,8 @@ async fn ingest(
         (None, None) => {
             return unauthorized(format!(
                 "missing_credentials: cloudevents source `{name}` has no signing secret, so only \
-                 requests with the API token (Authorization: Bearer) are accepted"
+                 requests with a token that has `events:write` for its tenant \
+                 (Authorization: Bearer) are accepted"
             ));
         }
     }

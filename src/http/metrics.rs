@@ -13,8 +13,25 @@ use switchyard_router::{now_millis, outbox};
 use super::{ApiError, AppState};
 use crate::metrics::{RevisionLabel, SourceLabel, TargetLabel, WriterLabel, metrics};
 
+/// `/metrics` without a token: what `server.metrics_listen` serves.
 pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(scrape))
+}
+
+/// `/metrics` on the main listener: the `read` scope, and no tenant limit (the figures cover
+/// every tenant).
+pub fn guarded_router() -> Router<AppState> {
+    Router::new().route("/metrics", get(scrape_guarded))
+}
+
+async fn scrape_guarded(
+    state: State<AppState>,
+    principal: super::auth::Principal,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ApiError> {
+    principal.require(crate::config::Scope::Read)?;
+    principal.require_every_tenant("/metrics")?;
+    scrape(state, headers).await
 }
 
 async fn scrape(

@@ -2,7 +2,7 @@
 //! bearer-token check (ingest endpoints authenticate by signature instead).
 
 pub(crate) mod admin;
-mod auth;
+pub(crate) mod auth;
 mod claims;
 mod error;
 mod events;
@@ -12,7 +12,8 @@ mod ingest_slack;
 mod ingest_webhook;
 mod intake_answer;
 mod metrics;
-mod runs;
+mod revisions;
+pub(crate) mod runs;
 
 use std::sync::Arc;
 
@@ -40,6 +41,8 @@ pub struct AppState {
     pub wake: Arc<Wake>,
     /// Push targets' delivery health, for `/readyz`.
     pub targets: Arc<TargetHealths>,
+    /// Open console sessions.
+    pub console: Arc<crate::console::Sessions>,
 }
 
 /// The whole HTTP surface, with the server's body limits: a declared body over `body_limit` is
@@ -53,10 +56,11 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
                 intake_answer::measured("api", request, next)
             })),
         )
-        .merge(metrics::router())
+        .merge(metrics::guarded_router())
         .merge(runs::router())
         .merge(claims::router())
         .merge(admin::router())
+        .merge(revisions::router())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_token,
@@ -85,6 +89,7 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
         .merge(admin)
         .merge(ingest)
         .merge(health::router())
+        .merge(crate::console::router())
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             server.body_read_timeout,

@@ -14,7 +14,9 @@ use switchyard_router::outbox::{self, Redispatched};
 use switchyard_router::runs::{self as lifecycle, RunError};
 
 use super::admin::{millis_to_rfc3339, parse_limit};
+use super::auth::Principal;
 use super::{ApiError, AppState};
+use crate::config::Scope;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -30,6 +32,8 @@ pub fn router() -> Router<AppState> {
 struct RunsQuery {
     tenant: Option<String>,
     status: Option<String>,
+    workflow: Option<String>,
+    entity: Option<String>,
     limit: Option<String>,
     /// Only runs older than this run id: the next page's cursor (`next_before`).
     before: Option<String>,
@@ -76,25 +80,28 @@ impl From<run::Model> for RunView {
     }
 }
 
-fn parse_status(status: &str) -> Result<RunStatus, ApiError> {
+pub(crate) fn parse_status(status: &str) -> Result<RunStatus, ApiError> {
     status.parse().map_err(ApiError::BadRequest)
 }
 
 async fn list_runs(
     State(state): State<AppState>,
+    principal: Principal,
     query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    principal.require(Scope::Read)?;
     let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let status = query.status.as_deref().map(parse_status).transpose()?;
     let limit = parse_limit(query.limit.as_deref())?;
-    let runs = lifecycle::list(
-        &state.db,
-        query.tenant.as_deref(),
+    let tenants = principal.tenant_filter(query.tenant.as_deref());
+    let filter = lifecycle::RunFilter {
+        tenants: tenants.as_deref(),
         status,
-        query.before.as_deref(),
-        limit,
-    )
-    .await?;
+        workflow_id: query.workflow.as_deref(),
+        target_entity_id: query.entity.as_deref(),
+        before: query.before.as_deref(),
+    };
+    let runs = lifecycle::list_filtered(&state.db, &filter, limit).await?;
     let next_before = (runs.len() as u64 == limit)
         .then(|| runs.last().map(|run| run.id.clone()))
         .flatten();
@@ -105,12 +112,15 @@ async fn list_runs(
 /// A run with its dispatch, every attempt and its history.
 async fn get_run(
     State(state): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    principal.require(Scope::Read)?;
     // One snapshot: the run, its dispatch and its history as of one moment, never torn.
     let txn = read_snapshot(&state.db).await?;
     let run = lifecycle::get(&txn, &id)
         .await?
+        .filter(|run| principal.sees(&run.tenant_id))
         .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))?;
     let (dispatch, attempts, history) = outbox::trail(&txn, &run).await?;
     txn.commit().await?;
@@ -161,7 +171,7 @@ async fn get_run(
 
 /// A read-only transaction that sees one snapshot (REPEATABLE READ; SQLite's deferred
 /// transaction reads one snapshot from its first read).
-async fn read_snapshot(
+pub(crate) async fn read_snapshot(
     db: &sea_orm::DatabaseConnection,
 ) -> Result<sea_orm::DatabaseTransaction, sea_orm::DbErr> {
     use sea_orm::{AccessMode, DbBackend, IsolationLevel, TransactionOptions, TransactionTrait};
@@ -186,9 +196,12 @@ struct HeartbeatRequest {
 
 async fn heartbeat(
     State(state): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<HeartbeatRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    principal.require(Scope::RunsWrite)?;
+    visible_run(&state, &principal, &id).await?;
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let lease = lifecycle::heartbeat(&state.db, &id, request.fencing_token, now_millis())
         .await
@@ -212,25 +225,56 @@ struct FinishRequest {
 
 async fn finish(
     State(state): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<FinishRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<RunView>, ApiError> {
+    principal.require(Scope::RunsWrite)?;
+    visible_run(&state, &principal, &id).await?;
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let status = parse_status(&request.status)?;
-    let run = lifecycle::finish(&state.db, &id, request.fencing_token, status, now_millis())
+    let run = finish_run(&state, &principal, &id, request.fencing_token, status).await?;
+    Ok(Json(RunView::from(run)))
+}
+
+/// Finishes a run as the holder of `fencing_token`; the console calls this too.
+pub(crate) async fn finish_run(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    fencing_token: i64,
+    status: RunStatus,
+) -> Result<run::Model, ApiError> {
+    let run = lifecycle::finish(&state.db, id, fencing_token, status, now_millis())
         .await
         .map_err(run_error)?;
     crate::metrics::metrics().run_finished(run.status.as_str());
-    tracing::info!(run_id = %run.id, tenant_id = %run.tenant_id, status = run.status.as_str(), "run finished and released its lock");
-    Ok(Json(RunView::from(run)))
+    tracing::info!(run_id = %run.id, tenant_id = %run.tenant_id, status = run.status.as_str(), token = %principal.name, "run finished and released its lock");
+    Ok(run)
+}
+
+/// The run, if it exists and the caller may see its tenant; else 404 (a run of another
+/// tenant is not revealed).
+pub(crate) async fn visible_run(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> Result<run::Model, ApiError> {
+    lifecycle::get(&state.db, id)
+        .await?
+        .filter(|run| principal.sees(&run.tenant_id))
+        .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))
 }
 
 /// Starts a new attempt series for a dead-lettered run (same dispatch id, new fencing token),
 /// or answers `entity_locked` naming the run that holds its entity now.
 async fn redispatch(
     State(state): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    principal.require(Scope::RunsWrite)?;
+    visible_run(&state, &principal, &id).await?;
     match outbox::redispatch(&state.db, &id, now_millis())
         .await
         .map_err(run_error)?
@@ -253,7 +297,7 @@ async fn redispatch(
     }
 }
 
-fn run_error(error: RunError) -> ApiError {
+pub(crate) fn run_error(error: RunError) -> ApiError {
     match error {
         RunError::NotFound(_) => ApiError::NotFound(error.to_string()),
         RunError::LeaseLost(_) | RunError::StaleToken { .. } => ApiError::Refused {

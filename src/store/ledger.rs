@@ -11,9 +11,17 @@ use super::entities::{intake, raw_delivery};
 /// Which ledger rows a listing shows.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Filter<'a> {
-    pub tenant_id: Option<&'a str>,
+    /// Only these tenants' rows (`None`: every tenant; empty: none). The caller's tenant
+    /// limit and its `tenant` parameter, combined by `Principal::tenant_filter`.
+    pub tenants: Option<&'a [String]>,
     pub outcome: Option<&'a str>,
     pub source: Option<&'a str>,
+    pub target_entity_id: Option<&'a str>,
+    pub delivery_id: Option<&'a str>,
+    /// Only rows received at or after this time (epoch ms).
+    pub since: Option<i64>,
+    /// Only rows received before this time (epoch ms).
+    pub until: Option<i64>,
     /// Only rows with a smaller (older) id: the next page's cursor.
     pub before: Option<&'a str>,
 }
@@ -27,8 +35,23 @@ pub async fn list<C: ConnectionTrait>(
     let mut query = intake::Entity::find()
         .order_by_desc(intake::Column::Id)
         .limit(limit);
-    if let Some(tenant_id) = filter.tenant_id {
-        query = query.filter(intake::Column::TenantId.eq(tenant_id));
+    if let Some(tenants) = filter.tenants {
+        if tenants.is_empty() {
+            return Ok(Vec::new());
+        }
+        query = query.filter(intake::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
+    }
+    if let Some(entity) = filter.target_entity_id {
+        query = query.filter(intake::Column::TargetEntityId.eq(entity));
+    }
+    if let Some(delivery_id) = filter.delivery_id {
+        query = query.filter(intake::Column::DeliveryId.eq(delivery_id));
+    }
+    if let Some(since) = filter.since {
+        query = query.filter(intake::Column::ReceivedAt.gte(since));
+    }
+    if let Some(until) = filter.until {
+        query = query.filter(intake::Column::ReceivedAt.lt(until));
     }
     if let Some(outcome) = filter.outcome {
         query = query.filter(intake::Column::Outcome.eq(outcome));
@@ -109,4 +132,50 @@ pub async fn raw<C: ConnectionTrait>(
     id: &str,
 ) -> Result<Option<raw_delivery::Model>, DbErr> {
     raw_delivery::Entity::find_by_id(id).one(db).await
+}
+
+/// One ledger row, if the caller may see its tenant (`tenants` as in [`Filter`]).
+pub async fn get<C: ConnectionTrait>(
+    db: &C,
+    id: &str,
+    tenants: Option<&[String]>,
+) -> Result<Option<intake::Model>, DbErr> {
+    let row = intake::Entity::find_by_id(id).one(db).await?;
+    Ok(row.filter(|row| visible(tenants, row.tenant_id.as_deref())))
+}
+
+/// Whether a row of `tenant` passes a tenant filter; rows without a tenant only pass `None`.
+pub fn visible(tenants: Option<&[String]>, tenant: Option<&str>) -> bool {
+    match (tenants, tenant) {
+        (None, _) => true,
+        (Some(tenants), Some(tenant)) => tenants.iter().any(|t| t == tenant),
+        (Some(_), None) => false,
+    }
+}
+
+/// Ledger rows decided at or after `since`, counted per (workflow, outcome), of the tenants a
+/// caller sees: the console's "last 24 hours" per workflow.
+pub async fn outcome_counts<C: ConnectionTrait>(
+    db: &C,
+    tenants: Option<&[String]>,
+    since: i64,
+) -> Result<Vec<(Option<String>, String, i64)>, DbErr> {
+    if tenants.is_some_and(<[String]>::is_empty) {
+        return Ok(Vec::new());
+    }
+    let mut query = intake::Entity::find()
+        .select_only()
+        .column(intake::Column::WorkflowId)
+        .column(intake::Column::Outcome)
+        .column_as(intake::Column::Id.count(), "n")
+        .filter(intake::Column::DecidedAt.gte(since))
+        .group_by(intake::Column::WorkflowId)
+        .group_by(intake::Column::Outcome);
+    if let Some(tenants) = tenants {
+        query = query.filter(intake::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
+    }
+    query
+        .into_tuple::<(Option<String>, String, i64)>()
+        .all(db)
+        .await
 }

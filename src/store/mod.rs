@@ -5,6 +5,7 @@
 pub mod entities;
 pub mod ledger;
 pub mod mailbox;
+pub mod revisions;
 pub mod workflows;
 
 use std::time::Duration;

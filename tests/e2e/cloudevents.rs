@@ -408,3 +408,64 @@ async fn the_trace_context_of_either_mode_is_stored_on_the_ledger_row_and_run() 
     }
     daemon.stop();
 }
+
+/// A scoped token admits a CloudEvent only with `events:write` for the source's tenant; every
+/// refusal records nothing.
+#[tokio::test]
+async fn a_scoped_token_needs_events_write_for_the_sources_tenant() {
+    let db = TestDb::create(super::harness::Backend::Sqlite)
+        .await
+        .expect("sqlite");
+    let tokens = r#"
+[[token]]
+name = "acme-sender"
+secret_env = "CE_ACME_SENDER"
+scopes = ["events:write"]
+tenants = ["acme"]
+
+[[token]]
+name = "globex-sender"
+secret_env = "CE_GLOBEX_SENDER"
+scopes = ["events:write"]
+tenants = ["globex"]
+
+[[token]]
+name = "reader"
+secret_env = "CE_READER"
+scopes = ["read"]
+"#;
+    let daemon = Daemon::start(
+        &db,
+        &config(&db, &format!("{SETUP}{tokens}")),
+        &[
+            ("PUBLISHER_SECRET", SECRET),
+            ("CE_ACME_SENDER", "acme-sender-secret"),
+            ("CE_GLOBEX_SENDER", "globex-sender-secret"),
+            ("CE_READER", "reader-secret"),
+        ],
+    )
+    .await;
+    let send = |id: &'static str, token: &'static str| {
+        let daemon = &daemon;
+        async move {
+            Request::binary(id, Some("CONV-1"), &json!({}))
+                .with("authorization", &format!("Bearer {token}"))
+                .send_to(daemon, "internal")
+                .await
+        }
+    };
+    let (status, refused) = send("s-1", "reader-secret").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    assert_eq!(refused["error"], "missing_scope", "{refused}");
+    let (status, refused) = send("s-2", "globex-sender-secret").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    assert_eq!(refused["error"], "tenant_forbidden", "{refused}");
+    let (status, refused) = send("s-3", "not-a-token").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused}");
+    assert!(daemon.intake("source=internal").await.is_empty());
+    let (status, routed) = send("s-4", "acme-sender-secret").await;
+    assert_eq!(status, StatusCode::OK, "{routed}");
+    assert_eq!(routed["outcome"], "routed", "{routed}");
+    assert_eq!(daemon.intake("source=internal").await.len(), 1);
+    daemon.stop();
+}

@@ -1,5 +1,6 @@
 //! sea-orm entities for the daemon's tables.
 
+pub mod config_revision;
 pub mod intake;
 pub mod mailbox_cursor;
 pub mod poller_lease;

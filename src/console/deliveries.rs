@@ -1,0 +1,554 @@
+//! Deliveries: the ledger newest first with filters (tenant, source, outcome, entity id,
+//! delivery id, time range) and a cursor; one delivery with its outcome in words and the
+//! decision explained step by step against the revision that made it.
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use serde::Deserialize;
+use switchyard_core::{Channel, Outcome, WorkflowStatus};
+use switchyard_router::now_millis;
+use switchyard_router::runs as lifecycle;
+
+use super::session::Viewer;
+use super::{Chrome, ConsoleError, PAGE, given, query_string, render, stamp};
+use crate::config::Scope;
+use crate::explain::explain;
+use crate::http::AppState;
+use crate::http::admin::parse_time;
+use crate::store::entities::intake;
+use crate::store::{ledger, revisions};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ui/deliveries", get(list))
+        .route("/ui/deliveries/{id}", get(one))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Filters {
+    tenant: Option<String>,
+    source: Option<String>,
+    outcome: Option<String>,
+    entity: Option<String>,
+    delivery: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    before: Option<String>,
+}
+
+/// A ledger row as a table line.
+#[derive(Debug)]
+struct Row {
+    id: String,
+    received: String,
+    outcome: String,
+    tenant: String,
+    source: String,
+    entity: String,
+    event_type: String,
+    delivery_id: String,
+    workflow: String,
+}
+
+impl Row {
+    fn of(row: &intake::Model) -> Self {
+        Self {
+            id: row.id.clone(),
+            received: stamp(row.received_at),
+            outcome: row.outcome.clone(),
+            tenant: row.tenant_id.clone().unwrap_or_default(),
+            source: row.source.clone(),
+            entity: row.target_entity_id.clone().unwrap_or_default(),
+            event_type: row.event_type.clone().unwrap_or_default(),
+            delivery_id: row.delivery_id.clone(),
+            workflow: row.workflow_id.clone().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(askama::Template)]
+#[template(path = "deliveries.html")]
+struct ListPage {
+    chrome: Chrome,
+    tenant: String,
+    source: String,
+    entity: String,
+    delivery: String,
+    since: String,
+    until: String,
+    /// (value, ` selected` or nothing)
+    outcomes: Vec<(&'static str, &'static str)>,
+    rows: Vec<Row>,
+    refresh: String,
+    next: String,
+    paged: bool,
+}
+
+async fn list(
+    viewer: Viewer,
+    State(state): State<AppState>,
+    q: Result<Query<Filters>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ConsoleError> {
+    viewer.require(Scope::Read)?;
+    let Query(q) = q.map_err(|e| ConsoleError::new(StatusCode::BAD_REQUEST, &e.body_text()))?;
+    if let Some(outcome) = given(&q.outcome) {
+        outcome
+            .parse::<Outcome>()
+            .map_err(|e| ConsoleError::new(StatusCode::BAD_REQUEST, &e))?;
+    }
+    let since = given(&q.since)
+        .map(|t| parse_time("since", t))
+        .transpose()?;
+    let until = given(&q.until)
+        .map(|t| parse_time("until", t))
+        .transpose()?;
+    let tenants = viewer.principal.tenant_filter(given(&q.tenant));
+    let rows = ledger::list(
+        &state.db,
+        ledger::Filter {
+            tenants: tenants.as_deref(),
+            outcome: given(&q.outcome),
+            source: given(&q.source),
+            target_entity_id: given(&q.entity),
+            delivery_id: given(&q.delivery),
+            since,
+            until,
+            before: given(&q.before),
+        },
+        PAGE,
+    )
+    .await?;
+    let filters = [
+        ("tenant", given(&q.tenant)),
+        ("source", given(&q.source)),
+        ("outcome", given(&q.outcome)),
+        ("entity", given(&q.entity)),
+        ("delivery", given(&q.delivery)),
+        ("since", given(&q.since)),
+        ("until", given(&q.until)),
+    ];
+    let next = match rows.last() {
+        Some(last) if rows.len() as u64 == PAGE => {
+            let mut pairs = filters.to_vec();
+            pairs.push(("before", Some(last.id.as_str())));
+            format!("/ui/deliveries{}", query_string(&pairs))
+        }
+        _ => String::new(),
+    };
+    let mut refresh_pairs = filters.to_vec();
+    refresh_pairs.push(("before", given(&q.before)));
+    let text = |v: &Option<String>| given(v).unwrap_or_default().to_owned();
+    let page = ListPage {
+        chrome: viewer.chrome("deliveries"),
+        tenant: text(&q.tenant),
+        source: text(&q.source),
+        entity: text(&q.entity),
+        delivery: text(&q.delivery),
+        since: text(&q.since),
+        until: text(&q.until),
+        outcomes: selectable(&OUTCOMES, given(&q.outcome)),
+        rows: rows.iter().map(Row::of).collect(),
+        refresh: format!("/ui/deliveries{}", query_string(&refresh_pairs)),
+        next,
+        paged: given(&q.before).is_some(),
+    };
+    Ok(render(&page))
+}
+
+/// The outcomes a ledger row can carry, for the filter.
+const OUTCOMES: [&str; 9] = [
+    "routed",
+    "no_trigger_match",
+    "entity_locked",
+    "duplicate",
+    "ineligible",
+    "invalid_event",
+    "rate_limited",
+    "coalesced",
+    "dead_lettered",
+];
+
+/// One candidate workflow as the decision saw it.
+#[derive(Debug)]
+struct CandidateView {
+    workflow_id: String,
+    priority: i32,
+    status: String,
+    verdict: String,
+    won: bool,
+}
+
+/// One step of the explanation, with an optional link.
+#[derive(Debug)]
+struct Step {
+    text: String,
+    link: String,
+    link_text: String,
+}
+
+impl Step {
+    fn text(text: String) -> Self {
+        Self {
+            text,
+            link: String::new(),
+            link_text: String::new(),
+        }
+    }
+
+    fn linked(text: String, link: String, link_text: String) -> Self {
+        Self {
+            text,
+            link,
+            link_text,
+        }
+    }
+}
+
+#[derive(askama::Template)]
+#[template(path = "delivery.html")]
+struct OnePage {
+    chrome: Chrome,
+    id: String,
+    outcome: String,
+    sentence: String,
+    facts: Vec<(&'static str, String)>,
+    revision_hash: String,
+    revision_note: String,
+    candidates: Vec<CandidateView>,
+    steps: Vec<Step>,
+    run_id: String,
+    holder_id: String,
+    event_json: String,
+    can_raw: bool,
+    revealed: bool,
+    raw_text: String,
+    raw_note: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct RevealQuery {
+    reveal: Option<String>,
+}
+
+async fn one(
+    viewer: Viewer,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(reveal): Query<RevealQuery>,
+) -> Result<Response, ConsoleError> {
+    viewer.require(Scope::Read)?;
+    let tenants = viewer.principal.tenant_filter(None);
+    let row = ledger::get(&state.db, &id, tenants.as_deref())
+        .await?
+        .ok_or_else(|| ConsoleError::not_found("delivery"))?;
+    let revealed = reveal.reveal.as_deref() == Some("raw");
+    if revealed {
+        viewer.require(Scope::RawRead)?;
+    }
+    let now = now_millis();
+
+    // The holder of the entity, named by an entity_locked row.
+    let holder = match &row.held_by_run_id {
+        Some(held) => lifecycle::get(&state.db, held).await?,
+        None => None,
+    };
+    let lock = match (&row.tenant_id, &row.target_entity_id) {
+        (Some(tenant), Some(entity)) => lifecycle::lock_of(&state.db, tenant, entity).await?,
+        _ => None,
+    };
+    let entity = row.target_entity_id.clone().unwrap_or_default();
+    let tenant = row.tenant_id.clone().unwrap_or_default();
+    let sentence = sentence(&row, holder.as_ref(), lock.as_ref(), now);
+
+    let revision = revisions::by_hash(&state.db, &row.config_revision).await?;
+    let mut steps = vec![Step::text(format!(
+        "Received from source `{}` as delivery `{}` at {} UTC.",
+        row.source,
+        row.delivery_id,
+        stamp(row.received_at)
+    ))];
+    let mut candidates = Vec::new();
+    let revision_note;
+    match (&row.channel, &row.event_type) {
+        (Some(channel), Some(event_type)) => {
+            steps.push(Step::text(format!(
+                "Normalised to a {channel} `{event_type}` event of tenant `{tenant}` about `{entity}`."
+            )));
+            match &revision {
+                Some(revision) => {
+                    revision_note = format!(
+                        "Decided under config revision {} (in force {} to {}).",
+                        revision.hash,
+                        stamp(revision.in_force_from),
+                        revision.in_force_until.map_or("now".to_owned(), stamp)
+                    );
+                    if let Ok(channel) = channel.parse::<Channel>() {
+                        let workflows = revision.content.domain_workflows();
+                        let payload = row
+                            .payload
+                            .as_deref()
+                            .and_then(|text| serde_json::from_str(text).ok())
+                            .unwrap_or_default();
+                        let explained = explain(
+                            &revision.hash,
+                            &workflows,
+                            &tenant,
+                            channel,
+                            event_type,
+                            &payload,
+                        );
+                        let live = explained.live().count();
+                        candidates = explained
+                            .candidates
+                            .iter()
+                            .map(|c| candidate_view(c, explained.winner(), &row))
+                            .collect();
+                        steps.push(Step::text(match explained.winner() {
+                            Some(winner) => format!(
+                                "{live} live workflow{} of tenant `{tenant}` trigger{} on ({channel}, {event_type}); `{}` has the highest priority ({}){}{}.",
+                                plural(live),
+                                if live == 1 { "s" } else { "" },
+                                winner.workflow_id,
+                                winner.priority,
+                                if winner.rank == Some(1) { "" } else { " of those whose condition holds" },
+                                if explained.tie { ", a tie broken by workflow id" } else { "" }
+                            ),
+                            None if live > 0 => format!(
+                                "{live} live workflow{} of tenant `{tenant}` trigger{} on ({channel}, {event_type}), but no trigger's condition holds for this payload.",
+                                plural(live),
+                                if live == 1 { "s" } else { "" },
+                            ),
+                            None => format!(
+                                "No live workflow of tenant `{tenant}` triggers on ({channel}, {event_type}) in this revision."
+                            ),
+                        }));
+                    }
+                }
+                None => {
+                    revision_note = format!(
+                        "Decided under config revision {}, which is not stored (it came into force before revisions were kept), so its candidates cannot be shown.",
+                        row.config_revision
+                    );
+                }
+            }
+        }
+        _ => {
+            revision_note = format!("Decided under config revision {}.", row.config_revision);
+            steps.push(Step::text(format!(
+                "Not normalised to an event: {}",
+                row.detail.clone().unwrap_or_default()
+            )));
+        }
+    }
+    match row.outcome.as_str() {
+        "routed" => {
+            if let Some(run_id) = &row.run_id {
+                steps.push(Step::linked(
+                    format!(
+                        "The entity `{entity}` was free: run {run_id} of workflow `{}` took its lock.",
+                        row.workflow_id.clone().unwrap_or_default()
+                    ),
+                    format!("/ui/runs/{run_id}"),
+                    "open the run".into(),
+                ));
+            }
+        }
+        "entity_locked" => {
+            if let Some(held) = &row.held_by_run_id {
+                let workflow = holder
+                    .as_ref()
+                    .map(|h| h.workflow_id.clone())
+                    .unwrap_or_else(|| "?".into());
+                steps.push(Step::linked(
+                    format!(
+                        "`{}` would have run, but `{entity}` was held by run {held} of workflow `{workflow}`: no run was created, and lower-priority candidates were not tried (the entity was busy, whichever workflow would run).",
+                        row.workflow_id.clone().unwrap_or_default()
+                    ),
+                    format!("/ui/runs/{held}"),
+                    "open the holder run".into(),
+                ));
+            }
+        }
+        "ineligible" | "invalid_event" => {
+            if let Some(detail) = &row.detail {
+                steps.push(Step::text(format!("Refused by rule: {detail}")));
+            }
+        }
+        _ => {
+            if let Some(detail) = &row.detail {
+                steps.push(Step::text(detail.clone()));
+            }
+        }
+    }
+    steps.push(Step::text(format!(
+        "Redeliveries of `{}` from `{}` are answered `duplicate` with this outcome and create nothing.",
+        row.delivery_id, row.source
+    )));
+
+    let event_json = match &row.channel {
+        Some(channel) => {
+            let payload = row
+                .payload
+                .as_deref()
+                .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
+                .unwrap_or(serde_json::Value::Null);
+            serde_json::to_string_pretty(&serde_json::json!({
+                "channel": channel,
+                "event_type": row.event_type,
+                "tenant_id": row.tenant_id,
+                "target_entity_id": row.target_entity_id,
+                "payload": payload,
+                "raw_ref": row.raw_ref,
+            }))
+            .unwrap_or_default()
+        }
+        None => String::new(),
+    };
+    let (raw_text, raw_note) =
+        if revealed {
+            match ledger::raw(&state.db, &row.id).await? {
+            Some(raw) => {
+                const SHOWN: usize = 64 * 1024;
+                let text = String::from_utf8_lossy(&raw.body[..raw.body.len().min(SHOWN)])
+                    .into_owned();
+                let note = format!(
+                    "{} bytes of {}{}",
+                    raw.body.len(),
+                    raw.content_type,
+                    if raw.body.len() > SHOWN { ", the first 64 KiB shown" } else { "" }
+                );
+                (text, note)
+            }
+            None => (
+                String::new(),
+                "The raw bytes are gone (deleted by retention, or never stored for this delivery)."
+                    .into(),
+            ),
+        }
+        } else {
+            (String::new(), String::new())
+        };
+    let facts = vec![
+        ("Outcome", row.outcome.clone()),
+        ("Tenant", tenant.clone()),
+        ("Entity", entity.clone()),
+        ("Source", row.source.clone()),
+        ("Delivery id", row.delivery_id.clone()),
+        ("Workflow", row.workflow_id.clone().unwrap_or_default()),
+        ("Received", format!("{} UTC", stamp(row.received_at))),
+        ("Decided", format!("{} UTC", stamp(row.decided_at))),
+        ("Ledger id", row.id.clone()),
+    ];
+    let page = OnePage {
+        chrome: viewer.chrome("deliveries"),
+        id: row.id.clone(),
+        outcome: row.outcome.clone(),
+        sentence,
+        facts,
+        revision_hash: row.config_revision.clone(),
+        revision_note,
+        candidates,
+        steps,
+        run_id: row.run_id.clone().unwrap_or_default(),
+        holder_id: row.held_by_run_id.clone().unwrap_or_default(),
+        event_json,
+        can_raw: viewer.principal.has(Scope::RawRead),
+        revealed,
+        raw_text,
+        raw_note,
+    };
+    Ok(render(&page))
+}
+
+/// Options of a `<select>`: each value with ` selected` on the one chosen.
+pub(super) fn selectable(
+    values: &[&'static str],
+    chosen: Option<&str>,
+) -> Vec<(&'static str, &'static str)> {
+    values
+        .iter()
+        .map(|v| (*v, if Some(*v) == chosen { " selected" } else { "" }))
+        .collect()
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn candidate_view(
+    c: &crate::explain::Candidate,
+    winner: Option<&crate::explain::Candidate>,
+    row: &intake::Model,
+) -> CandidateView {
+    let winner_rank = winner.and_then(|w| w.rank);
+    let chosen = row.workflow_id.as_deref() == Some(c.workflow_id.as_str());
+    let verdict = match c.status {
+        WorkflowStatus::Draft => "draft: never matches a real event".to_owned(),
+        WorkflowStatus::Disabled => "disabled: not considered".to_owned(),
+        _ if c.wins && row.outcome == "entity_locked" => {
+            "won, but its entity was locked".to_owned()
+        }
+        _ if c.wins && chosen => "won".to_owned(),
+        _ if c.wins => "highest priority whose condition holds".to_owned(),
+        _ => match (&c.failed, winner_rank) {
+            (_, Some(winner)) if c.rank > Some(winner) => {
+                "not tried: a higher priority won".to_owned()
+            }
+            (Some(failed), _) => format!("its condition does not hold: {failed}"),
+            (None, _) => "not tried".to_owned(),
+        },
+    };
+    CandidateView {
+        workflow_id: c.workflow_id.clone(),
+        priority: c.priority,
+        status: c.status.as_str().to_owned(),
+        won: c.wins,
+        verdict,
+    }
+}
+
+/// The outcome in words: "entity_locked: run R of workflow triage holds TCK-5510 until 10:42".
+fn sentence(
+    row: &intake::Model,
+    holder: Option<&switchyard_router::entities::run::Model>,
+    lock: Option<&switchyard_router::entities::entity_lock::Model>,
+    now: i64,
+) -> String {
+    let entity = row.target_entity_id.as_deref().unwrap_or("?");
+    let tenant = row.tenant_id.as_deref().unwrap_or("?");
+    match row.outcome.as_str() {
+        "routed" => format!(
+            "routed: run {} of workflow {} was created for {entity}",
+            row.run_id.as_deref().unwrap_or("?"),
+            row.workflow_id.as_deref().unwrap_or("?")
+        ),
+        "entity_locked" => {
+            let held = row.held_by_run_id.as_deref().unwrap_or("?");
+            let workflow = holder.map_or("?", |h| h.workflow_id.as_str());
+            let held_now = lock.and_then(|l| l.held_at(now)) == Some(held);
+            match (held_now, lock, holder.and_then(|h| h.finished_at)) {
+                (true, Some(lock), _) => format!(
+                    "entity_locked: run {held} of workflow {workflow} holds {entity} until {} UTC",
+                    super::clock(lock.expires_at)
+                ),
+                (_, _, Some(finished)) => format!(
+                    "entity_locked: run {held} of workflow {workflow} held {entity} (it released it at {} UTC)",
+                    super::clock(finished)
+                ),
+                _ => format!("entity_locked: run {held} of workflow {workflow} held {entity}"),
+            }
+        }
+        "no_trigger_match" => format!(
+            "no_trigger_match: no live workflow of tenant {tenant} triggers on ({}, {})",
+            row.channel.as_deref().unwrap_or("?"),
+            row.event_type.as_deref().unwrap_or("?")
+        ),
+        outcome => match &row.detail {
+            Some(detail) => format!("{outcome}: {detail}"),
+            None => outcome.to_owned(),
+        },
+    }
+}

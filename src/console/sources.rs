@@ -1,0 +1,150 @@
+//! Sources and targets: each configured source (with its tenants and, for mailboxes, the
+//! poller's health) and each target's delivery health and backlog.
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::get;
+use switchyard_router::{now_millis, outbox};
+
+use super::session::Viewer;
+use super::{Chrome, ConsoleError, render};
+use crate::config::Scope;
+use crate::http::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/ui/sources", get(page))
+}
+
+#[derive(Debug)]
+struct SourceRow {
+    kind: String,
+    name: String,
+    tenants: String,
+    health: String,
+    healthy: bool,
+}
+
+#[derive(Debug)]
+struct TargetRow {
+    kind: String,
+    name: String,
+    pending: i64,
+    oldest: String,
+    last_success: String,
+    last_failure: String,
+    last_error: String,
+    failures: u32,
+    healthy: bool,
+}
+
+#[derive(askama::Template)]
+#[template(path = "sources.html")]
+struct Page {
+    chrome: Chrome,
+    sources: Vec<SourceRow>,
+    targets: Vec<TargetRow>,
+}
+
+async fn page(viewer: Viewer, State(state): State<AppState>) -> Result<Response, ConsoleError> {
+    viewer.require(Scope::Read)?;
+    let live = state.live.current();
+    let statuses = state.sources.snapshot();
+    let sources = live
+        .settings
+        .loaded
+        .config
+        .sources
+        .iter()
+        .filter(|s| s.tenants().iter().any(|t| viewer.principal.sees(t)))
+        .map(|s| {
+            let (health, healthy) = match (s.kind(), statuses.get(s.name())) {
+                ("email", Some(status)) => (
+                    format!(
+                        "{}{}; last poll {}; {} failure{} in a row{}",
+                        if status.connected {
+                            "connected"
+                        } else {
+                            "not connected"
+                        },
+                        if status.holds_lease {
+                            ""
+                        } else {
+                            " (another replica polls)"
+                        },
+                        status.last_successful_poll.map_or("never".into(), |t| t
+                            .format("%Y-%m-%d %H:%M:%S UTC")
+                            .to_string()),
+                        status.consecutive_failures,
+                        if status.consecutive_failures == 1 {
+                            ""
+                        } else {
+                            "s"
+                        },
+                        status
+                            .last_error
+                            .as_ref()
+                            .map_or(String::new(), |e| format!("; last error: {e}"))
+                    ),
+                    status.consecutive_failures == 0,
+                ),
+                ("email", None) => ("poller not started".into(), false),
+                _ => ("receives signed HTTP deliveries".into(), true),
+            };
+            SourceRow {
+                kind: s.kind().to_owned(),
+                name: s.name().to_owned(),
+                tenants: s.tenants().join(", "),
+                health,
+                healthy,
+            }
+        })
+        .collect();
+    // Targets serve every tenant's workflows; a tenant-limited viewer sees those its
+    // workflows use.
+    let used: Vec<&str> = live
+        .workflows
+        .iter()
+        .filter(|w| viewer.principal.sees(&w.tenant_id))
+        .map(|w| live.target_of(&w.id))
+        .collect();
+    let limited = viewer.principal.tenants().is_some();
+    let pending = outbox::pending_by_target(&state.db).await?;
+    let healths = state.targets.snapshot();
+    let now = now_millis();
+    let targets = live
+        .settings
+        .targets
+        .iter()
+        .filter(|t| !limited || used.contains(&t.name()))
+        .map(|t| {
+            let (count, oldest) = pending
+                .iter()
+                .find(|(name, _, _)| name == t.name())
+                .map_or((0, None), |(_, count, oldest)| (*count, Some(*oldest)));
+            let health = healths.get(t.name()).cloned().unwrap_or_default();
+            TargetRow {
+                kind: t.kind().to_owned(),
+                name: t.name().to_owned(),
+                pending: count,
+                oldest: oldest.map_or(String::new(), |at| {
+                    humantime::format_duration(std::time::Duration::from_secs(
+                        u64::try_from((now - at).max(0) / 1000).unwrap_or(0),
+                    ))
+                    .to_string()
+                }),
+                last_success: health.last_success.unwrap_or_default(),
+                last_failure: health.last_failure.unwrap_or_default(),
+                last_error: health.last_error.unwrap_or_default(),
+                failures: health.consecutive_failures,
+                healthy: health.consecutive_failures == 0 && !health.gone,
+            }
+        })
+        .collect();
+    let page = Page {
+        chrome: viewer.chrome("sources"),
+        sources,
+        targets,
+    };
+    Ok(render(&page))
+}

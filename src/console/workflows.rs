@@ -1,0 +1,131 @@
+//! Workflows per config revision (live, draft, disabled; triggers and priorities; target), with
+//! each workflow's outcomes over the last 24 hours, and the revisions that came into force.
+
+use std::collections::BTreeMap;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::response::Response;
+use axum::routing::get;
+use serde::Deserialize;
+use switchyard_router::now_millis;
+
+use super::session::Viewer;
+use super::{Chrome, ConsoleError, given, render, stamp};
+use crate::config::Scope;
+use crate::http::AppState;
+use crate::store::{ledger, revisions};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/ui/workflows", get(page))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Filters {
+    /// A revision id or hash; default the one in force.
+    revision: Option<String>,
+}
+
+#[derive(Debug)]
+struct Row {
+    id: String,
+    tenant: String,
+    status: String,
+    target: String,
+    triggers: Vec<String>,
+    lock_ttl: String,
+    /// (outcome, count) over the last 24 hours.
+    outcomes: Vec<(String, i64)>,
+}
+
+#[derive(Debug)]
+struct RevisionLink {
+    id: String,
+    hash: String,
+    from: String,
+    until: String,
+    current: bool,
+}
+
+#[derive(askama::Template)]
+#[template(path = "workflows.html")]
+struct Page {
+    chrome: Chrome,
+    hash: String,
+    from: String,
+    until: String,
+    in_force: bool,
+    rows: Vec<Row>,
+    unrouted: Vec<(String, i64)>,
+    revisions: Vec<RevisionLink>,
+}
+
+async fn page(
+    viewer: Viewer,
+    State(state): State<AppState>,
+    Query(q): Query<Filters>,
+) -> Result<Response, ConsoleError> {
+    viewer.require(Scope::Read)?;
+    let live = state.live.current();
+    let wanted = given(&q.revision).unwrap_or(live.revision()).to_owned();
+    let revision = revisions::get(&state.db, &wanted)
+        .await?
+        .ok_or_else(|| ConsoleError::not_found("config revision"))?;
+    let tenants = viewer.principal.tenant_filter(None);
+    let counts = ledger::outcome_counts(
+        &state.db,
+        tenants.as_deref(),
+        now_millis() - 24 * 60 * 60 * 1000,
+    )
+    .await?;
+    let mut by_workflow: BTreeMap<Option<String>, Vec<(String, i64)>> = BTreeMap::new();
+    for (workflow, outcome, n) in counts {
+        by_workflow.entry(workflow).or_default().push((outcome, n));
+    }
+    let content = revision
+        .content
+        .clone()
+        .visible_to(|t| viewer.principal.sees(t));
+    let rows = content
+        .workflows
+        .iter()
+        .map(|w| Row {
+            id: w.workflow.id.clone(),
+            tenant: w.workflow.tenant_id.clone(),
+            status: w.workflow.status.as_str().to_owned(),
+            target: w.target.clone(),
+            triggers: w
+                .workflow
+                .triggers
+                .iter()
+                .map(|t| format!("{} {} @ {}", t.channel, t.event_type, t.priority))
+                .collect(),
+            lock_ttl: humantime::format_duration(w.workflow.lock_ttl).to_string(),
+            outcomes: by_workflow
+                .get(&Some(w.workflow.id.clone()))
+                .cloned()
+                .unwrap_or_default(),
+        })
+        .collect();
+    let listed = revisions::list(&state.db, None, 20).await?;
+    let page = Page {
+        chrome: viewer.chrome("workflows"),
+        hash: revision.hash.clone(),
+        from: stamp(revision.in_force_from),
+        until: revision.in_force_until.map_or("now".into(), stamp),
+        in_force: revision.in_force_until.is_none(),
+        rows,
+        unrouted: by_workflow.remove(&None).unwrap_or_default(),
+        revisions: listed
+            .into_iter()
+            .map(|r| RevisionLink {
+                current: r.id == revision.id,
+                from: stamp(r.in_force_from),
+                until: r.in_force_until.map_or("now".into(), stamp),
+                id: r.id,
+                hash: r.hash,
+            })
+            .collect(),
+    };
+    Ok(render(&page))
+}

@@ -1,0 +1,198 @@
+//! The config revisions that came into force: written at start and on each reload that
+//! changes the file, read by `GET /v1/revisions`, the console and `route --revision`.
+//!
+//! Invariant: a revision's content never holds a secret (only workflow, trigger, source and
+//! target names and settings that route), and at most one row per database is open
+//! (`in_force_until IS NULL`) after a [`record`], unless two replicas run different files.
+
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+};
+use serde::{Deserialize, Serialize};
+use switchyard_core::Workflow;
+
+use super::entities::config_revision;
+use crate::config::{BUILTIN_PULL, Settings};
+
+/// What a revision said, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RevisionContent {
+    pub workflows: Vec<RevisionWorkflow>,
+    pub sources: Vec<Part>,
+    pub targets: Vec<Part>,
+}
+
+/// A workflow with its triggers and target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RevisionWorkflow {
+    #[serde(flatten)]
+    pub workflow: Workflow,
+    pub target: String,
+}
+
+/// A source or target: its kind, name and (for sources) tenants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<String>,
+}
+
+impl RevisionContent {
+    /// What `settings` says, without its secrets.
+    pub fn of(settings: &Settings) -> Self {
+        let config = &settings.loaded.config;
+        let workflows = config
+            .workflows
+            .iter()
+            .map(|w| RevisionWorkflow {
+                workflow: w.to_workflow(),
+                target: w.target.clone().unwrap_or_else(|| BUILTIN_PULL.to_owned()),
+            })
+            .collect();
+        let sources = config
+            .sources
+            .iter()
+            .map(|s| Part {
+                kind: s.kind().to_owned(),
+                name: s.name().to_owned(),
+                tenants: s.tenants().into_iter().map(str::to_owned).collect(),
+            })
+            .collect();
+        let targets = settings
+            .loaded
+            .targets()
+            .iter()
+            .map(|t| Part {
+                kind: t.kind().to_owned(),
+                name: t.name().to_owned(),
+                tenants: Vec::new(),
+            })
+            .collect();
+        Self {
+            workflows,
+            sources,
+            targets,
+        }
+    }
+
+    /// The workflows in domain form (for a trigger index of this revision).
+    pub fn domain_workflows(&self) -> Vec<Workflow> {
+        self.workflows.iter().map(|w| w.workflow.clone()).collect()
+    }
+
+    /// Only what a caller limited to `sees` tenants may see: their workflows, the targets
+    /// those use, and sources of their tenants.
+    pub fn visible_to(mut self, sees: impl Fn(&str) -> bool) -> Self {
+        self.workflows.retain(|w| sees(&w.workflow.tenant_id));
+        let used: Vec<String> = self.workflows.iter().map(|w| w.target.clone()).collect();
+        self.targets.retain(|t| used.contains(&t.name));
+        self.sources.retain(|s| s.tenants.iter().any(|t| sees(t)));
+        self
+    }
+}
+
+/// A stored revision, its content parsed.
+#[derive(Debug, Clone)]
+pub struct Revision {
+    pub id: String,
+    pub hash: String,
+    pub content: RevisionContent,
+    pub in_force_from: i64,
+    pub in_force_until: Option<i64>,
+}
+
+impl Revision {
+    fn of(row: config_revision::Model) -> Result<Self, DbErr> {
+        let content = serde_json::from_str(&row.content).map_err(|e| {
+            DbErr::Custom(format!("config revision {} is not readable: {e}", row.id))
+        })?;
+        Ok(Self {
+            id: row.id,
+            hash: row.hash,
+            content,
+            in_force_from: row.in_force_from,
+            in_force_until: row.in_force_until,
+        })
+    }
+}
+
+/// Records that the revision `hash` is in force from `now`: closes the open revision and opens
+/// this one, unless it is already the one in force (an unchanged reload records nothing).
+/// Returns whether a new row was written.
+pub async fn record(
+    db: &DatabaseConnection,
+    hash: &str,
+    content: &RevisionContent,
+    now: i64,
+) -> Result<bool, DbErr> {
+    let txn = switchyard_router::runs::begin_write(db).await?;
+    let open = config_revision::Entity::find()
+        .filter(config_revision::Column::InForceUntil.is_null())
+        .order_by_desc(config_revision::Column::Id)
+        .lock_exclusive()
+        .all(&txn)
+        .await?;
+    if open.first().is_some_and(|row| row.hash == hash) && open.len() == 1 {
+        txn.commit().await?;
+        return Ok(false);
+    }
+    config_revision::Entity::update_many()
+        .col_expr(
+            config_revision::Column::InForceUntil,
+            sea_orm::sea_query::Expr::value(now),
+        )
+        .filter(config_revision::Column::InForceUntil.is_null())
+        .exec(&txn)
+        .await?;
+    config_revision::ActiveModel {
+        id: Set(uuid::Uuid::now_v7().to_string()),
+        hash: Set(hash.to_owned()),
+        content: Set(serde_json::to_string(content).unwrap_or_default()),
+        in_force_from: Set(now),
+        in_force_until: Set(None),
+    }
+    .insert(&txn)
+    .await?;
+    txn.commit().await?;
+    Ok(true)
+}
+
+/// Revisions newest first, older than `before` (a revision id).
+pub async fn list<C: ConnectionTrait>(
+    db: &C,
+    before: Option<&str>,
+    limit: u64,
+) -> Result<Vec<Revision>, DbErr> {
+    let mut query = config_revision::Entity::find()
+        .order_by_desc(config_revision::Column::Id)
+        .limit(limit);
+    if let Some(before) = before {
+        query = query.filter(config_revision::Column::Id.lt(before));
+    }
+    query.all(db).await?.into_iter().map(Revision::of).collect()
+}
+
+/// One revision by its id, or by its hash (the last time that file came into force).
+pub async fn get<C: ConnectionTrait>(db: &C, id_or_hash: &str) -> Result<Option<Revision>, DbErr> {
+    if let Some(row) = config_revision::Entity::find_by_id(id_or_hash)
+        .one(db)
+        .await?
+    {
+        return Revision::of(row).map(Some);
+    }
+    by_hash(db, id_or_hash).await
+}
+
+/// The last revision with this hash: the content a ledger row's `config_revision` names.
+pub async fn by_hash<C: ConnectionTrait>(db: &C, hash: &str) -> Result<Option<Revision>, DbErr> {
+    config_revision::Entity::find()
+        .filter(config_revision::Column::Hash.eq(hash))
+        .order_by_desc(config_revision::Column::Id)
+        .one(db)
+        .await?
+        .map(Revision::of)
+        .transpose()
+}
