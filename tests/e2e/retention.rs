@@ -305,8 +305,8 @@ async fn sqlite_gives_the_space_back_under_steady_churn() {
     let short = "[retention]\nledger = \"2s\"\nraw = \"2s\"\nfinished_runs = \"2s\"\n\
                  interval = \"200ms\"\n";
     let daemon = Daemon::start(&db, &config(&db, long), &[]).await;
-    // Phase 1: six seconds of traffic kept (a database from before a shorter retention).
-    let (sent_before, grown) = churn(&daemon, db.dir.path(), Duration::from_secs(6)).await;
+    // Phase 1: ten seconds of traffic kept (a database from before a shorter retention).
+    let (sent_before, grown) = churn(&daemon, db.dir.path(), Duration::from_secs(10)).await;
     daemon.reload(&config(&db, short));
     eventually(
         "the shorter retention is in force",
@@ -318,25 +318,20 @@ async fn sqlite_gives_the_space_back_under_steady_churn() {
     // watch the size for the rest.
     churn(&daemon, db.dir.path(), Duration::from_secs(3)).await;
     let (sent, largest) = churn(&daemon, db.dir.path(), Duration::from_secs(5)).await;
-    let per_second = sent / 5;
-    // The bound: each delivery is stored twice (ledger payload and raw bytes), and a 2 s
-    // window plus one 200 ms interval and the pass keeps under 3 s of them: 6 s of request
-    // bytes in the file. The WAL holds about one checkpoint cycle (the vacuum's steps are
-    // paced so it starts over between them) and pages are not full: 3 more seconds' worth
-    // covers both, so 3 x the request bytes of 3 s. (Measured here: about 10 MB file + 3 MB
-    // WAL at 2.1 MB/s, bound 19 MB.) Six seconds of phase-1 traffic, stored twice, is well
-    // above it (about 27 MB), and without incremental vacuum the file stays there: freed
-    // pages are reused, never returned.
-    let bound = 3 * 3 * per_second;
-    assert!(
-        grown > bound,
-        "the test must start above its bound: {grown} bytes after phase 1 ({sent_before} sent), \
-         bound {bound}"
-    );
+    // The bound is relative to phase 1, so a slower machine (fewer deliveries per second)
+    // moves both sides alike. Phase 1 kept ten seconds of deliveries; a 2 s window plus one
+    // 200 ms interval and the pass keeps about three, plus the WAL's one checkpoint cycle.
+    // With the 6 s phase 1 this test had before, phase 2 measured 13 of 27 MB on a quiet
+    // machine and 10.8 of 13.8 MB on a loaded one (passes run late there), so the longer
+    // phase 1 leaves room below 3/4. Without incremental vacuum the file stays at
+    // phase 1's size (freed pages are reused, never returned), so 3/4 of it can only be met
+    // by giving space back.
+    let bound = grown / 4 * 3;
     assert!(
         largest < bound,
-        "the SQLite file and WAL reached {largest} bytes under steady churn; bound {bound} \
-         (3 x {per_second} request bytes/s x 3 s); it was {grown} before retention shrank"
+        "the SQLite file and WAL reached {largest} bytes under steady churn ({} bytes/s sent); \
+         bound {bound}, 3/4 of the {grown} bytes after 10 s kept ({sent_before} bytes sent)",
+        sent / 5
     );
     assert!(daemon.logs().contains("retention deleted expired rows"));
     daemon.stop();
