@@ -130,14 +130,8 @@ async fn list(
         ("since", given(&q.since)),
         ("until", given(&q.until)),
     ];
-    let next = match rows.last() {
-        Some(last) if rows.len() as u64 == PAGE => {
-            let mut pairs = filters.to_vec();
-            pairs.push(("before", Some(last.id.as_str())));
-            format!("/ui/deliveries{}", query_string(&pairs))
-        }
-        _ => String::new(),
-    };
+    let ids: Vec<&str> = rows.iter().map(|row| row.id.as_str()).collect();
+    let next = super::next_page("/ui/deliveries", &filters, &ids);
     let mut refresh_pairs = filters.to_vec();
     refresh_pairs.push(("before", given(&q.before)));
     let text = |v: &Option<String>| given(v).unwrap_or_default().to_owned();

@@ -224,3 +224,16 @@ fn encode(value: &str) -> String {
 
 /// Page size of the console's listings.
 pub const PAGE: u64 = 50;
+
+/// The link to the next page of a cursor-paged list (`path` with the same filters, `before`
+/// the last row shown), or empty when this page was not full.
+pub fn next_page(path: &str, filters: &[(&str, Option<&str>)], ids: &[&str]) -> String {
+    match ids.last() {
+        Some(last) if ids.len() as u64 == PAGE => {
+            let mut pairs = filters.to_vec();
+            pairs.push(("before", Some(last)));
+            format!("{path}{}", query_string(&pairs))
+        }
+        _ => String::new(),
+    }
+}

@@ -109,14 +109,8 @@ async fn list(
         ("entity", given(&q.entity)),
         ("tenant", given(&q.tenant)),
     ];
-    let next = match runs.last() {
-        Some(last) if runs.len() as u64 == PAGE => {
-            let mut pairs = filters.to_vec();
-            pairs.push(("before", Some(last.id.as_str())));
-            format!("/ui/runs{}", query_string(&pairs))
-        }
-        _ => String::new(),
-    };
+    let ids: Vec<&str> = runs.iter().map(|row| row.id.as_str()).collect();
+    let next = super::next_page("/ui/runs", &filters, &ids);
     let mut refresh = filters.to_vec();
     refresh.push(("before", given(&q.before)));
     let text = |v: &Option<String>| given(v).unwrap_or_default().to_owned();
