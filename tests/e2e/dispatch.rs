@@ -197,13 +197,7 @@ impl Worker {
         let app = axum::Router::new()
             .route("/runs", post(receive))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the worker");
-        let addr = listener.local_addr().expect("worker address");
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.expect("worker server");
-        });
+        let (addr, server) = super::harness::serve_local(app).await;
         Worker {
             url: format!("http://{addr}/runs"),
             state,

@@ -476,3 +476,16 @@ pub fn run_id(answer: &Value) -> String {
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
 }
+
+/// Serves `app` on a free loopback port, as the test's own worker or collector; the task ends
+/// when it is aborted (or the test's runtime stops).
+pub async fn serve_local(app: axum::Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let addr = listener.local_addr().expect("local address");
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).await.expect("test server");
+    });
+    (addr, server)
+}

@@ -146,13 +146,7 @@ impl Collector {
         let app = axum::Router::new()
             .route("/v1/traces", post(export))
             .with_state(collected.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the collector");
-        let addr = listener.local_addr().expect("collector address");
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.expect("collector");
-        });
+        let (addr, server) = super::harness::serve_local(app).await;
         Collector {
             url: format!("http://{addr}"),
             collected,
@@ -293,13 +287,7 @@ impl Worker {
         let app = axum::Router::new()
             .route("/runs", post(receive))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the worker");
-        let addr = listener.local_addr().expect("worker address");
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.expect("worker");
-        });
+        let (addr, server) = super::harness::serve_local(app).await;
         let worker = Worker {
             url: format!("http://{addr}/runs"),
             state,
