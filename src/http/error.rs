@@ -71,6 +71,14 @@ impl IntoResponse for ApiError {
             Json(json!({"error": error, "detail": self.to_string()})),
         )
             .into_response();
+        if matches!(self, ApiError::TooLarge { .. }) {
+            // The rest of the body was never read, so this connection cannot carry another
+            // request: say so, or a keep-alive client sends its next one into a closing socket.
+            response.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+        }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -233,8 +233,10 @@ async fn bad_input_is_refused_with_a_specific_error_and_changes_nothing() {
     // Over the 1 MiB default limit.
     let huge = json!({"channel": "chat", "event_type": "x", "tenant_id": "acme", "target_entity_id": "E",
                       "payload": {"blob": "x".repeat(1024 * 1024 + 10)}});
-    let (status, answer) =
-        super::harness::read(post_raw(Some("big"), huge.to_string()).await.expect("send")).await;
+    let response = post_raw(Some("big"), huge.to_string()).await.expect("send");
+    // The unread rest of the body makes the connection unusable: the client is told to close it.
+    assert_eq!(response.headers()["connection"], "close");
+    let (status, answer) = super::harness::read(response).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
 
     // Missing and wrong tokens.
