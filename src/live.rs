@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use switchyard_core::Workflow;
 use switchyard_router::TriggerIndex;
+use switchyard_router::ceilings::MaxRunning;
 
 use crate::config::{BUILTIN_PULL, ResolvedSource, ResolvedTarget, Settings};
 
@@ -19,6 +20,10 @@ pub struct Live {
     sources: HashMap<(&'static str, String), ResolvedSource>,
     /// Each workflow's target name.
     targets_by_workflow: HashMap<String, String>,
+    /// Ceilings, rates and coalescing windows.
+    pub flow: crate::intake::FlowConfig,
+    /// Every workflow's `max_running`, with its target, for the dispatch claims.
+    pub max_running: Vec<MaxRunning>,
 }
 
 impl Live {
@@ -33,7 +38,7 @@ impl Live {
             .zip(&settings.sources)
             .map(|(config, resolved)| ((config.kind(), config.name().to_owned()), resolved.clone()))
             .collect();
-        let targets_by_workflow = settings
+        let targets_by_workflow: HashMap<String, String> = settings
             .loaded
             .config
             .workflows
@@ -43,12 +48,28 @@ impl Live {
                 (w.id.clone(), target)
             })
             .collect();
+        let flow = crate::intake::FlowConfig::new(&settings.loaded.config);
+        let max_running = settings
+            .loaded
+            .config
+            .workflows
+            .iter()
+            .filter_map(|w| {
+                Some(MaxRunning {
+                    workflow_id: w.id.clone(),
+                    target: targets_by_workflow.get(&w.id)?.clone(),
+                    max: w.max_running?,
+                })
+            })
+            .collect();
         Self {
+            max_running,
             settings,
             index,
             workflows,
             sources,
             targets_by_workflow,
+            flow,
         }
     }
 

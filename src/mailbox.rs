@@ -33,6 +33,11 @@ struct Sink {
     owner: String,
 }
 
+/// A ceiling refused a message (`rate_limited`): the poll stops there.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped taking mail for this poll: {0}")]
+struct CeilingReached(String);
+
 fn sink_error(error: impl std::error::Error + Send + Sync + 'static) -> SinkError {
     SinkError::new(error)
 }
@@ -111,7 +116,15 @@ impl MailboxSink for Sink {
             answered.as_ref().ok().map(|a| a.outcome),
             started.elapsed(),
         );
-        answered.map(|_| ()).map_err(sink_error)
+        let answer = answered.map_err(sink_error)?;
+        if answer.outcome == switchyard_core::Outcome::RateLimited {
+            // The mailbox is the queue: stop this poll; the cursor stayed before this message,
+            // which is fetched and decided again by a later poll.
+            return Err(sink_error(CeilingReached(
+                answer.detail.unwrap_or_default(),
+            )));
+        }
+        Ok(())
     }
 
     fn report(&self, source: &str, status: &SourceStatus) {

@@ -248,6 +248,8 @@ async fn prune_runs(
     deleted.run_history += delete_in(txn, "run_history", "run_id", &ids).await?;
     deleted.dispatch_attempts += delete_in(txn, "dispatch_attempts", "run_id", &ids).await?;
     deleted.dispatches += delete_in(txn, "dispatches", "run_id", &ids).await?;
+    // Coalesced members go with their run (counted with its history).
+    deleted.run_history += delete_in(txn, "run_members", "run_id", &ids).await?;
     deleted.runs += delete_in(txn, "runs", "id", &ids).await?;
     Ok(ids.len())
 }

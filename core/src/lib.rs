@@ -6,6 +6,7 @@
 mod adapter;
 mod condition;
 mod event;
+mod flow;
 mod outcome;
 pub mod standard_webhooks;
 mod workflow;
@@ -13,5 +14,6 @@ mod workflow;
 pub use adapter::{Disposition, Normalized};
 pub use condition::{Condition, ConditionError, ConditionSpec, FieldPath};
 pub use event::{Channel, Event, EventError, UnknownChannel};
+pub use flow::{Coalesce, CoalesceSpec, FlowError, Rate, RateSpec};
 pub use outcome::Outcome;
 pub use workflow::{Trigger, Workflow, WorkflowStatus};

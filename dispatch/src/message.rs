@@ -28,6 +28,10 @@ pub struct RunInfo {
     pub intake_id: String,
     /// 1 for the first attempt of this dispatch series, counting up.
     pub attempt: u32,
+    /// For a coalesced run: the intake ids of every delivery it stands for, in arrival order
+    /// (`intake_id` first); the message's event is the newest of them. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<String>,
 }
 
 /// The `data` of a run message: the run and the event that started it.

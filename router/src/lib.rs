@@ -6,6 +6,7 @@
 //! - [`runs`]: the run lifecycle after routing (heartbeat, finish, listing).
 //! - [`outbox`]: dispatch claims, attempts, dead letters, redispatch, the lease keep-alive.
 
+pub mod ceilings;
 pub mod entities;
 mod index;
 mod lock_batch;

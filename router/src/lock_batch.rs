@@ -216,6 +216,15 @@ impl LockBatch {
         }
     }
 
+    /// The run that holds the lease of `(tenant_id, target_entity_id)` as the batch stands now,
+    /// if any (what [`LockBatch::route`] would answer `EntityLocked` with).
+    pub fn holder(&self, tenant_id: &str, target_entity_id: &str) -> Option<&str> {
+        self.slots
+            .get(&(tenant_id.to_owned(), target_entity_id.to_owned()))
+            .and_then(|slot| slot.current.as_ref())
+            .and_then(|row| row.held_at(self.now))
+    }
+
     /// Re-takes the lease of `run`'s entity for that run itself (a redispatch): the new fencing
     /// token, or the id of the active run that holds it.
     pub fn retake(&mut self, run: &run::Model, now: Millis) -> Result<i64, String> {

@@ -107,6 +107,10 @@ async fn lease_expiry<C: ConnectionTrait>(txn: &C, run: &run::Model) -> Result<M
 /// `claim_until` (after which another dispatcher may claim them again: a crash between
 /// delivery and record re-delivers under the same id). Dispatches of runs that ended meanwhile
 /// are cancelled instead.
+///
+/// Workflows in `capped` (their `max_running`) get only as many claims as they have free
+/// slots (`ceilings`); their other dispatches stay pending, oldest due first.
+#[allow(clippy::too_many_arguments)]
 pub async fn claim_push(
     db: &DatabaseConnection,
     target: &str,
@@ -114,15 +118,23 @@ pub async fn claim_push(
     limit: u64,
     now: Millis,
     claim_until: Millis,
+    capped: &[crate::ceilings::MaxRunning],
 ) -> Result<Vec<ClaimedRun>, DbErr> {
     let txn = begin_write(db).await?;
-    let rows = lock_due(
-        &txn,
-        sea_orm::Condition::all().add(dispatch::Column::Target.eq(target)),
-        now,
-        limit,
-    )
-    .await?;
+    let capped: Vec<_> = capped
+        .iter()
+        .filter(|c| c.target == target)
+        .cloned()
+        .collect();
+    let mut slots =
+        crate::ceilings::Slots::new(crate::ceilings::free_slots(&txn, &capped, now).await?);
+    let mut filter = sea_orm::Condition::all().add(dispatch::Column::Target.eq(target));
+    let full = slots.full();
+    if !full.is_empty() {
+        filter = filter.add(dispatch::Column::WorkflowId.is_not_in(full));
+    }
+    let mut rows = lock_due(&txn, filter, now, limit).await?;
+    rows.retain(|row| slots.take(&row.workflow_id));
     if rows.is_empty() {
         txn.commit().await?;
         return Ok(Vec::new());
@@ -501,21 +513,45 @@ pub struct PullClaim {
 
 /// Claims up to `limit` due runs of `workflows` on pull targets for a worker. A run past its
 /// target's `max_claims` is dead-lettered instead of handed out again.
+///
+/// Workflows in `capped` get only as many claims as they have free slots, as in
+/// [`claim_push`].
 pub async fn claim_pull(
     db: &DatabaseConnection,
     targets: &[PullTarget],
     workflows: &[String],
     limit: u64,
     now: Millis,
+    capped: &[crate::ceilings::MaxRunning],
 ) -> Result<Vec<PullClaim>, DbErr> {
     if targets.is_empty() || workflows.is_empty() || limit == 0 {
         return Ok(Vec::new());
     }
     let txn = begin_write(db).await?;
+    let capped: Vec<_> = capped
+        .iter()
+        .filter(|c| {
+            workflows.contains(&c.workflow_id) && targets.iter().any(|t| t.name == c.target)
+        })
+        .cloned()
+        .collect();
+    let mut slots =
+        crate::ceilings::Slots::new(crate::ceilings::free_slots(&txn, &capped, now).await?);
+    let full = slots.full();
+    let open: Vec<String> = workflows
+        .iter()
+        .filter(|w| !full.contains(w))
+        .cloned()
+        .collect();
+    if open.is_empty() {
+        txn.commit().await?;
+        return Ok(Vec::new());
+    }
     let filter = sea_orm::Condition::all()
         .add(dispatch::Column::Target.is_in(targets.iter().map(|t| t.name.clone())))
-        .add(dispatch::Column::WorkflowId.is_in(workflows.iter().cloned()));
-    let rows = lock_due(&txn, filter, now, limit).await?;
+        .add(dispatch::Column::WorkflowId.is_in(open));
+    let mut rows = lock_due(&txn, filter, now, limit).await?;
+    rows.retain(|row| slots.take(&row.workflow_id));
     if rows.is_empty() {
         txn.commit().await?;
         return Ok(Vec::new());

@@ -1,6 +1,7 @@
 //! The admin's config file (`switchyard.toml`): its shape, validation, and the resolution of
 //! secrets named by environment variable into the [`Settings`] the daemon runs on.
 
+mod flow;
 mod retention;
 mod sources;
 mod targets;
@@ -16,6 +17,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use switchyard_core::Workflow;
 
+pub use flow::{RatesConfig, coalesce_refusal};
 pub use retention::{RetentionConfig, format_window};
 pub use sources::{ResolvedSource, SourceConfig};
 pub use targets::{
@@ -54,6 +56,9 @@ pub struct Config {
     /// Scoped bearer tokens for the admin API and the console.
     #[serde(default, rename = "token")]
     pub tokens: Vec<TokenConfig>,
+    /// Intake rates per tenant and per source (`[rates.tenant]`, `[rates.source]`).
+    #[serde(default)]
+    pub rates: RatesConfig,
 }
 
 /// `[server]`.
@@ -379,6 +384,7 @@ impl Config {
                     .into(),
             );
         }
+        problems.extend(self.rates.problems(&self.sources, &self.workflows));
         problems.extend(self.retention.problems());
         problems.extend(tokens::problems(&self.tokens));
         if self.database.writers == Some(0) {

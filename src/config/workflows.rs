@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use switchyard_core::{Channel, Condition, Trigger, Workflow, WorkflowStatus};
+use switchyard_core::{Channel, Coalesce, Condition, Trigger, Workflow, WorkflowStatus};
 
 use crate::store::MAX_KEY_LEN;
 
@@ -24,6 +24,14 @@ pub struct WorkflowConfig {
     /// with `POST /v1/claims`).
     #[serde(default)]
     pub target: Option<String>,
+    /// Most runs dispatched and not finished at once; past it, new runs are created (and hold
+    /// their entity) but their dispatch waits for a free slot, in arrival order.
+    #[serde(default)]
+    pub max_running: Option<u32>,
+    /// Most runs created and not yet dispatched; past it, deliveries are refused as
+    /// `rate_limited` (`max_queued`).
+    #[serde(default)]
+    pub max_queued: Option<u32>,
     /// The (channel, event_type) pairs it reacts to, each with a priority.
     pub triggers: Vec<TriggerConfig>,
 }
@@ -44,6 +52,12 @@ pub struct TriggerConfig {
     /// when the file is loaded.
     #[serde(default)]
     pub when: Option<Condition>,
+    /// Coalescing: further events on the same entity before the run is dispatched join it
+    /// (`coalesced`) instead of being `entity_locked`; the run is dispatched `quiet` after the
+    /// latest, never later than `max_wait` after the first, e.g.
+    /// `{ quiet = "30s", max_wait = "5m" }`. Refused on message-like event types.
+    #[serde(default)]
+    pub coalesce: Option<Coalesce>,
 }
 
 impl WorkflowConfig {
@@ -65,6 +79,16 @@ impl WorkflowConfig {
                 "workflow `{id}`: `lock_ttl` must be longer than 0s"
             ));
         }
+        for (key, value) in [
+            ("max_running", self.max_running),
+            ("max_queued", self.max_queued),
+        ] {
+            if value == Some(0) {
+                problems.push(format!(
+                    "workflow `{id}`: `{key}` must be at least 1 (leave it out for no ceiling)"
+                ));
+            }
+        }
         if self.status == WorkflowStatus::Live && self.triggers.is_empty() {
             problems.push(format!("workflow `{id}` is live but has no triggers"));
         }
@@ -74,6 +98,11 @@ impl WorkflowConfig {
                 if self.status == WorkflowStatus::Live {
                     problems.push(format!("workflow `{id}`: {error}"));
                 }
+            }
+            if trigger.coalesce.is_some()
+                && let Some(why) = super::coalesce_refusal(&trigger.channel, &trigger.event_type)
+            {
+                problems.push(format!("workflow `{id}`: {why}"));
             }
             if trigger.event_type.trim().is_empty() || trigger.event_type.len() > MAX_KEY_LEN {
                 problems.push(format!(

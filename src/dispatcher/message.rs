@@ -17,9 +17,12 @@ use crate::telemetry::DispatchSpan;
 pub struct Routed {
     pub event: Event,
     pub config_revision: String,
+    /// A coalesced run's members (the event is the newest one's); empty otherwise.
+    pub members: Vec<String>,
 }
 
-/// The ledger rows (the events) of claimed runs, by intake id.
+/// The ledger rows (the events) of claimed runs, by the run's intake id. A coalesced run
+/// gets its newest member's event and the list of its members.
 pub async fn events_of<C: ConnectionTrait>(
     db: &C,
     claimed: &[&ClaimedRun],
@@ -27,20 +30,33 @@ pub async fn events_of<C: ConnectionTrait>(
     if claimed.is_empty() {
         return Ok(HashMap::new());
     }
+    let mut members = super::members::of(db, claimed).await?;
+    // The ledger row each run is dispatched with -> (the run's intake id, its members).
+    let mut basis: HashMap<String, (String, Vec<String>)> = claimed
+        .iter()
+        .map(|c| match members.remove(&c.run.id) {
+            Some(m) => (m.newest, (c.run.intake_id.clone(), m.ids)),
+            None => (
+                c.run.intake_id.clone(),
+                (c.run.intake_id.clone(), Vec::new()),
+            ),
+        })
+        .collect();
     let rows = intake::Entity::find()
-        .filter(intake::Column::Id.is_in(claimed.iter().map(|c| c.run.intake_id.clone())))
+        .filter(intake::Column::Id.is_in(basis.keys().cloned().collect::<Vec<_>>()))
         .all(db)
         .await?;
     Ok(rows
         .into_iter()
         .filter_map(|row| {
-            let id = row.id.clone();
+            let (run_intake_id, members) = basis.remove(&row.id)?;
             let config_revision = row.config_revision.clone();
             Some((
-                id,
+                run_intake_id,
                 Routed {
                     event: event_of(row)?,
                     config_revision,
+                    members,
                 },
             ))
         })
@@ -82,6 +98,7 @@ pub fn run_start(
         config_revision: routed.config_revision,
         intake_id: run.intake_id.clone(),
         attempt: u32::try_from(claimed.dispatch.attempts).unwrap_or(0),
+        members: routed.members,
     };
     let mut message = RunMessage::run_start(
         &claimed.dispatch.id,

@@ -6,6 +6,7 @@
 //! re-delivers under the same dispatch id once the claim lapses); nothing is ever dropped.
 //! Each daemon runs one; replicas share the outbox through `SKIP LOCKED` claims.
 
+mod members;
 pub mod message;
 mod transports;
 
@@ -24,6 +25,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, watch};
 use crate::background::Background;
 use crate::live::LiveConfig;
 use crate::telemetry::DispatchSpan;
+use switchyard_router::ceilings::MaxRunning;
 use transports::{PushTarget, Transports};
 
 /// Wake-ups from the intake writers: a commit created runs.
@@ -152,7 +154,7 @@ async fn run(
             if free == 0 {
                 continue;
             }
-            match claim(&db, target, &owner, free).await {
+            match claim(&db, target, &owner, free, &current.max_running).await {
                 Ok(claimed) => {
                     more |= claimed.len() == free;
                     for (claimed, message, trace) in claimed {
@@ -232,11 +234,20 @@ async fn claim(
     target: &PushTarget,
     owner: &str,
     limit: usize,
+    capped: &[MaxRunning],
 ) -> anyhow::Result<Vec<(ClaimedRun, Vec<u8>, DispatchSpan)>> {
     let now = now_millis();
     let claim_until = now.saturating_add(millis(target.claim_for));
-    let claimed =
-        outbox::claim_push(db, &target.name, owner, limit as u64, now, claim_until).await?;
+    let claimed = outbox::claim_push(
+        db,
+        &target.name,
+        owner,
+        limit as u64,
+        now,
+        claim_until,
+        capped,
+    )
+    .await?;
     let refs: Vec<&ClaimedRun> = claimed.iter().collect();
     let mut events = message::events_of(db, &refs).await?;
     Ok(claimed

@@ -91,8 +91,16 @@ async fn claim(
         // Registered before looking, so a commit between the look and the wait still wakes us.
         let woken = state.wake.pull.notified();
         let targets = pull_targets(&state);
-        let claims =
-            outbox::claim_pull(&state.db, &targets, &request.workflows, max, now_millis()).await?;
+        let capped = state.live.current().max_running.clone();
+        let claims = outbox::claim_pull(
+            &state.db,
+            &targets,
+            &request.workflows,
+            max,
+            now_millis(),
+            &capped,
+        )
+        .await?;
         if !claims.is_empty() {
             return Ok(Json(
                 json!({ "claims": claim_views(&state, claims).await? }),

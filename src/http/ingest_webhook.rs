@@ -88,5 +88,5 @@ async fn ingest(
         content_type: "application/json".into(),
         bytes: body,
     });
-    intake_answer::submit(&state, delivery, Style::Standard).await
+    intake_answer::submit(&state, delivery, Style::Webhook).await
 }

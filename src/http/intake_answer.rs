@@ -17,7 +17,11 @@ pub enum Style {
     /// `invalid_event` is 400.
     Standard,
     /// Slack retries every non-2xx and a retry cannot fix a malformed body: `invalid_event` is 200.
+    /// A 429 makes Slack disable the app: `rate_limited` is 200 (recorded, listed for replay).
     Slack,
+    /// Zendesk-shaped webhooks: `invalid_event` is 400, but a 429 trips Zendesk's circuit
+    /// breaker, so `rate_limited` is 200 (recorded, listed for replay).
+    Webhook,
 }
 
 pub fn status_of(outcome: Outcome, style: Style) -> StatusCode {
@@ -25,13 +29,15 @@ pub fn status_of(outcome: Outcome, style: Style) -> StatusCode {
         Outcome::InvalidEvent if style == Style::Slack => StatusCode::OK,
         Outcome::InvalidEvent => StatusCode::BAD_REQUEST,
         Outcome::UnauthorizedSource => StatusCode::UNAUTHORIZED,
+        Outcome::RateLimited if style != Style::Standard => StatusCode::OK,
         Outcome::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         Outcome::DeadLettered => StatusCode::INTERNAL_SERVER_ERROR,
         Outcome::Routed
         | Outcome::NoTriggerMatch
         | Outcome::EntityLocked
         | Outcome::Duplicate
-        | Outcome::Ineligible => StatusCode::OK,
+        | Outcome::Ineligible
+        | Outcome::Coalesced => StatusCode::OK,
     }
 }
 
@@ -47,7 +53,16 @@ pub fn respond(answer: Answer, style: Style) -> Response {
         intake_id: answer.intake_id.clone(),
         run_id: answer.run_id.clone(),
     });
-    let mut response = (status_of(decided, style), Json(answer)).into_response();
+    let status = status_of(decided, style);
+    let retry_after = answer.retry_after;
+    let mut response = (status, Json(answer)).into_response();
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        let seconds = retry_after.unwrap_or(1).max(1);
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(seconds),
+        );
+    }
     response.extensions_mut().insert(outcome);
     if let Some(ids) = ids {
         response.extensions_mut().insert(ids);

@@ -5,7 +5,7 @@ pub(crate) mod admin;
 pub(crate) mod auth;
 mod claims;
 mod error;
-mod events;
+pub(crate) mod events;
 mod health;
 mod ingest_cloudevents;
 mod ingest_slack;

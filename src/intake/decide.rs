@@ -10,6 +10,7 @@ use switchyard_router::entities::run::RunStatus;
 use switchyard_router::entities::{entity_lock, run_history};
 use switchyard_router::{Choice, Decision, LockBatch, LockChanges, Millis};
 
+use super::flow::Admit;
 use super::{Answer, Delivery, DeliveryBody};
 use crate::live::Live;
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
@@ -25,6 +26,9 @@ pub(super) struct Lookups<'a> {
     pub messages: Vec<(&'a str, &'a str)>,
     /// `(tenant_id, target_entity_id)` of every event a live workflow triggers on.
     pub leases: Vec<(String, String)>,
+    /// What flow control needs (ceilings, rates, coalescing windows); empty when none is
+    /// configured.
+    pub flow: super::flow::Needs,
     /// Each delivery's choice (workflow, or why none), in batch order.
     choices: Vec<Choice>,
 }
@@ -54,7 +58,9 @@ impl<'a> Lookups<'a> {
                 _ => None,
             })
             .collect();
+        let flow = super::flow::Needs::of(deliveries, &choices, &live.flow);
         Self {
+            flow,
             deliveries: deliveries
                 .iter()
                 .map(|d| (d.source.as_str(), d.delivery_id.as_str()))
@@ -77,6 +83,8 @@ pub(super) struct Found {
     pub claimed: HashMap<SourceKey, Answer>,
     /// The lease rows of the batch's entities (row-locked until the commit).
     pub leases: Vec<entity_lock::Model>,
+    /// What flow control's [`Lookups::flow`] found (default when it needed nothing).
+    pub flow: super::flow::Found,
 }
 
 /// What a committed batch hands back: its answers, in batch order, and how many active runs
@@ -98,6 +106,9 @@ pub(super) struct Decided {
     pub dispatches: Vec<dispatch::Model>,
     /// `lease_expired` for each run taken over (a new run's `routed` is its own row).
     pub history: Vec<run_history::Model>,
+    /// Flow control's rows: rate times, coalesced members, pushed-out windows, replaced
+    /// `rate_limited` rows.
+    pub flow: super::flow::Writes,
 }
 
 /// Decides every delivery in arrival order: duplicates (stored or earlier in the batch) point at
@@ -114,53 +125,116 @@ pub(super) fn decide(
         mut seen,
         mut claimed,
         leases,
+        flow,
     } = found;
+    let mut gate = super::flow::Gate::new(&live.flow, flow, now);
+    // Mailboxes with a `rate_limited` message in this batch: their cursor stays before it.
+    let mut stalled: Vec<SourceKey> = Vec::new();
     let mut locks = LockBatch::from_rows(lookups.leases, leases, now);
     let mut answers = Vec::with_capacity(deliveries.len());
     let mut ledger = Vec::with_capacity(deliveries.len());
     let mut raw = Vec::new();
     let mut cursors: HashMap<SourceKey, mailbox_cursor::Model> = HashMap::new();
     for (delivery, choice) in deliveries.iter().zip(&lookups.choices) {
-        if let Some(cursor) = &delivery.cursor {
-            cursors.insert(
-                (delivery.source.clone(), cursor.mailbox.clone()),
-                mailbox_cursor::Model {
-                    source: delivery.source.clone(),
-                    mailbox: cursor.mailbox.clone(),
-                    uidvalidity: cursor.uidvalidity.into(),
-                    last_uid: cursor.uid.into(),
-                    updated_at: now,
-                },
-            );
-        }
+        let mut advance = |limited: bool| {
+            let Some(cursor) = &delivery.cursor else {
+                return;
+            };
+            let mailbox = (delivery.source.clone(), cursor.mailbox.clone());
+            if limited {
+                stalled.push(mailbox);
+            } else if !stalled.contains(&mailbox) {
+                cursors.insert(
+                    mailbox,
+                    mailbox_cursor::Model {
+                        source: delivery.source.clone(),
+                        mailbox: cursor.mailbox.clone(),
+                        uidvalidity: cursor.uidvalidity.into(),
+                        last_uid: cursor.uid.into(),
+                        updated_at: now,
+                    },
+                );
+            }
+        };
         let key = (delivery.source.clone(), delivery.delivery_id.clone());
         if let Some(first) = seen.get(&key) {
-            answers.push(duplicate_of(first));
-            continue;
+            // A stored refusal by a ceiling is no answer to keep: its retry is decided anew
+            // and replaces it.
+            match (&first.outcome, first.intake_id.as_deref()) {
+                (Outcome::RateLimited, Some(refused))
+                    if !ledger.iter().any(|r: &intake::Model| r.id == refused) =>
+                {
+                    gate.replaced.push(refused.to_owned());
+                }
+                _ => {
+                    advance(false);
+                    answers.push(duplicate_of(first));
+                    continue;
+                }
+            }
         }
         let message_key = delivery
             .message_key
             .as_ref()
             .map(|message| (delivery.source.clone(), message.clone()));
         if let Some(first) = message_key.as_ref().and_then(|k| claimed.get(k)) {
+            advance(false);
             answers.push(duplicate_of(first));
             continue;
         }
         let intake_id = delivery.intake_id.to_string();
+        let mut deferred = false;
+        let mut retry_after = None;
         let mut row = match &delivery.body {
-            DeliveryBody::Route(event) => {
-                let decision = locks.route(
-                    &event.tenant_id,
-                    &event.target_entity_id,
-                    choice.candidate(),
-                    &intake_id,
-                );
-                let mut fields = decision_fields(&decision);
-                if let Choice::NoConditionHeld(detail) = choice {
-                    fields.detail = Some(detail.clone());
+            DeliveryBody::Route(event) => match gate.admit(delivery, event, choice, &locks) {
+                Admit::Route { deferred: waits } => {
+                    let decision = locks.route(
+                        &event.tenant_id,
+                        &event.target_entity_id,
+                        choice.candidate(),
+                        &intake_id,
+                    );
+                    let mut fields = decision_fields(&decision);
+                    if let Choice::NoConditionHeld(detail) = choice {
+                        fields.detail = Some(detail.clone());
+                    }
+                    if let Decision::Routed {
+                        run_id,
+                        workflow_id,
+                        ..
+                    } = &decision
+                    {
+                        gate.routed(run_id, workflow_id, event);
+                        if let Some(waits) = waits {
+                            deferred = true;
+                            fields.detail = Some(match fields.detail.take() {
+                                Some(detail) => format!("{detail}; {waits}"),
+                                None => waits,
+                            });
+                        }
+                    }
+                    ledger_row(delivery, Some(event), fields, live, now)
                 }
-                ledger_row(delivery, Some(event), fields, live, now)
-            }
+                Admit::Refuse { detail, retry_at } => {
+                    retry_after = Some(super::flow::retry_after(retry_at, now));
+                    let mut fields = Fields::outcome(Outcome::RateLimited, Some(detail));
+                    fields.workflow_id = choice.candidate().map(|c| c.workflow_id.to_string());
+                    ledger_row(delivery, Some(event), fields, live, now)
+                }
+                Admit::Join { run_id, due_at } => {
+                    let fields = Fields {
+                        outcome: Outcome::Coalesced,
+                        detail: Some(format!(
+                            "joined run {run_id}, which waits for further events until {}",
+                            switchyard_router::millis_rfc3339(due_at)
+                        )),
+                        workflow_id: choice.candidate().map(|c| c.workflow_id.to_string()),
+                        run_id: Some(run_id),
+                        held_by_run_id: None,
+                    };
+                    ledger_row(delivery, Some(event), fields, live, now)
+                }
+            },
             DeliveryBody::Ineligible { detail, event } => ledger_row(
                 delivery,
                 event.as_ref(),
@@ -181,7 +255,11 @@ pub(super) fn decide(
         if claims_message {
             row.message_key = message_key.as_ref().map(|(_, key)| key.clone());
         }
-        let answer = first_answer(&row);
+        let limited = row.outcome == Outcome::RateLimited.as_str();
+        advance(limited);
+        let mut answer = first_answer(&row);
+        answer.deferred = deferred;
+        answer.retry_after = retry_after;
         if claims_message && let Some(message_key) = message_key {
             claimed.insert(message_key, answer.clone());
         }
@@ -201,8 +279,16 @@ pub(super) fn decide(
     }
     let mut locks = locks.into_changes();
     carry_trace(&mut locks, deliveries);
-    let (dispatches, history) = outbox(&locks, live, now);
+    let (mut dispatches, history) = outbox(&locks, live, now);
+    if gate.has_new_windows() {
+        for dispatch in &mut dispatches {
+            if let Some(due_at) = gate.due_of(&dispatch.run_id) {
+                dispatch.due_at = due_at;
+            }
+        }
+    }
     Decided {
+        flow: gate.into_writes(),
         answers,
         ledger,
         raw,
@@ -396,6 +482,8 @@ pub(super) fn recorded_answer(
         held_by_run_id,
         intake_id: Some(intake_id),
         first_outcome: None,
+        deferred: false,
+        retry_after: None,
     }
 }
 

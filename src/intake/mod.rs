@@ -9,6 +9,8 @@
 
 mod decide;
 mod failpoint;
+mod flow;
+mod flow_store;
 mod health;
 mod postgres_batch;
 mod sqlite_checkpoint;
@@ -31,6 +33,7 @@ use crate::config::DatabaseConfig;
 use crate::dispatcher::Wake;
 use crate::live::LiveConfig;
 use crate::store::{MAX_KEY_LEN, MAX_RAW_REF_LEN};
+pub use flow::FlowConfig;
 pub use health::WriterStatus;
 use health::{Signals, WriterHealth};
 
@@ -216,6 +219,12 @@ pub struct Answer {
     /// For a `duplicate`: the outcome the first copy got.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_outcome: Option<Outcome>,
+    /// For a `routed` run of a workflow at its `max_running`: its dispatch waits for a slot.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deferred: bool,
+    /// For `rate_limited`: seconds until a retry would be admitted (the `Retry-After`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u64>,
 }
 
 impl Answer {
@@ -229,6 +238,8 @@ impl Answer {
             held_by_run_id: None,
             intake_id: None,
             first_outcome: None,
+            deferred: false,
+            retry_after: None,
         }
     }
 }

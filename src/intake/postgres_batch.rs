@@ -29,6 +29,7 @@ use switchyard_router::entities::run::RunStatus;
 use switchyard_router::{ACTIVE, now_millis};
 
 use super::decide::{self, Committed, Decided, Found, Lookups, SourceKey};
+use super::flow_store::postgres as flow_store;
 use super::{Answer, Delivery};
 use crate::live::Live;
 
@@ -75,10 +76,22 @@ async fn commit_batch(
     let now = now_millis();
     let mut txn = conn.begin_with(BEGIN).await.map_err(db_err)?;
     let lookups = Lookups::needed(deliveries, live);
-    let found = look_up(&mut txn, &lookups).await?;
-    let decided = decide::decide(deliveries, lookups, found, live, now);
+    let flow = flow_store::look_up(&mut txn, &lookups.flow, now)
+        .await
+        .map_err(db_err)?;
+    let mut found = look_up(&mut txn, &lookups).await?;
+    found.flow = flow;
+    flow_store::windows(&mut txn, &lookups.flow, &found.leases, now, &mut found.flow)
+        .await
+        .map_err(db_err)?;
+    let mut decided = decide::decide(deliveries, lookups, found, live, now);
     let expired_runs = decided.locks.expired_runs.len();
+    let flow = std::mem::take(&mut decided.flow);
+    flow_store::replace(&mut txn, &flow).await.map_err(db_err)?;
     let answers = write(&mut txn, decided).await?;
+    flow_store::write(&mut txn, &flow, now)
+        .await
+        .map_err(db_err)?;
     txn.commit().await.map_err(db_err)?;
     Ok(Committed {
         answers,
@@ -152,6 +165,7 @@ async fn look_up(
         seen: HashMap::new(),
         claimed: HashMap::new(),
         leases: Vec::new(),
+        flow: Default::default(),
     };
     for row in rows {
         found_row(&mut found, &row).map_err(db_err)?;
@@ -270,6 +284,7 @@ async fn write(
         locks,
         mut dispatches,
         mut history,
+        flow: _,
     } = decided;
     let (mut created, mut changed, mut runs) = (locks.created, locks.changed, locks.new_runs);
     let query = sqlx::query(WRITE);

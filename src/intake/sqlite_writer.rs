@@ -19,6 +19,7 @@ use switchyard_router::{ACTIVE, now_millis};
 use tokio::sync::mpsc;
 
 use super::decide::{self, Committed, Decided, Found, Lookups, SourceKey};
+use super::flow_store::sqlite as flow_store;
 use super::health::Signals;
 use super::sqlite_checkpoint::{self, Nudge};
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
@@ -190,13 +191,18 @@ fn commit_batch(
     let now = now_millis();
     let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let lookups = Lookups::needed(deliveries, live);
-    let found = Found {
+    let flow = flow_store::look_up(&txn, &lookups.flow, now)?;
+    let mut found = Found {
         seen: first_answers(&txn, BY_DELIVERY, &lookups.deliveries)?,
         claimed: first_answers(&txn, BY_MESSAGE, &lookups.messages)?,
         leases: leases(&txn, &lookups.leases)?,
+        flow,
     };
+    flow_store::windows(&txn, &lookups.flow, &found.leases, now, &mut found.flow)?;
     let decided = decide::decide(deliveries, lookups, found, live, now);
+    flow_store::replace(&txn, &decided.flow)?;
     write(&txn, &decided)?;
+    flow_store::write(&txn, &decided.flow, now)?;
     txn.commit()?;
     Ok(Committed {
         expired_runs: decided.locks.expired_runs.len(),

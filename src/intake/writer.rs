@@ -14,6 +14,7 @@ use switchyard_router::{lock_leases, now_millis};
 use tokio::sync::mpsc;
 
 use super::decide::{self, Committed, Found, Lookups, SourceKey};
+use super::flow_store::orm as flow_store;
 use super::health::Signals;
 use super::postgres_batch;
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
@@ -179,7 +180,8 @@ async fn commit_batch(
     let now = now_millis();
     let txn = begin_write(db).await?;
     let lookups = Lookups::needed(deliveries, live);
-    let found = Found {
+    let flow = flow_store::look_up(&txn, &lookups.flow, now).await?;
+    let mut found = Found {
         seen: answers_of(ledger::existing_deliveries(&txn, &lookups.deliveries).await?),
         claimed: if lookups.messages.is_empty() {
             HashMap::new()
@@ -187,9 +189,13 @@ async fn commit_batch(
             answers_of(ledger::claimed_messages(&txn, &lookups.messages).await?)
         },
         leases: lock_leases(&txn, &lookups.leases).await?,
+        flow,
     };
+    flow_store::windows(&txn, &lookups.flow, &found.leases, now, &mut found.flow).await?;
     let decided = decide::decide(deliveries, lookups, found, live, now);
     let expired_runs = decided.locks.expired_runs.len();
+    flow_store::replace(&txn, &decided.flow).await?;
+    flow_store::write(&txn, &decided.flow, now).await?;
 
     decided.locks.persist(&txn).await?;
     if !decided.raw.is_empty() {

@@ -15,6 +15,7 @@ fn sample(traceparent: Option<String>) -> RunMessage {
         config_revision: "rev-7".into(),
         intake_id: "intake_01J9Z3JX".into(),
         attempt: 1,
+        members: Vec::new(),
     };
     let event = Event {
         channel: Channel::Webhook,

@@ -1,0 +1,76 @@
+//! Coalesced runs at dispatch: the deliveries that joined a run in its coalescing window
+//! (`run_members`, written by intake) and which of them is the newest, whose event the run
+//! message carries.
+//!
+//! Invariant: the newest member is the one with the greatest provider version where the
+//! adapter recorded one, else the latest arrival (intake ids are UUIDv7, ordered by arrival);
+//! the run's own delivery (`runs.intake_id`) is always the first member.
+
+use std::collections::HashMap;
+
+use sea_orm::{ConnectionTrait, DbErr, Statement, Value};
+use switchyard_router::outbox::ClaimedRun;
+
+/// A coalesced run's members and the one whose event is dispatched.
+#[derive(Debug, Clone)]
+pub struct Members {
+    /// Every member's intake id in arrival order, the run's own first.
+    pub ids: Vec<String>,
+    /// The newest member's intake id.
+    pub newest: String,
+}
+
+/// The members of each claimed run that has any, by run id.
+pub async fn of<C: ConnectionTrait>(
+    db: &C,
+    claimed: &[&ClaimedRun],
+) -> Result<HashMap<String, Members>, DbErr> {
+    let mut found = HashMap::new();
+    if claimed.is_empty() {
+        return Ok(found);
+    }
+    let backend = db.get_database_backend();
+    let marks: Vec<String> = (1..=claimed.len())
+        .map(|i| match backend {
+            sea_orm::DbBackend::Postgres => format!("${i}"),
+            _ => "?".to_owned(),
+        })
+        .collect();
+    let values: Vec<Value> = claimed.iter().map(|c| c.run.id.clone().into()).collect();
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            backend,
+            format!(
+                "SELECT run_id, intake_id, version FROM run_members WHERE run_id IN ({}) \
+                 ORDER BY run_id, intake_id",
+                marks.join(", ")
+            ),
+            values,
+        ))
+        .await?;
+    let mut joined: HashMap<String, Vec<(String, Option<String>)>> = HashMap::new();
+    for row in rows {
+        let run_id: String = row.try_get_by_index(0)?;
+        joined
+            .entry(run_id)
+            .or_default()
+            .push((row.try_get_by_index(1)?, row.try_get_by_index(2)?));
+    }
+    for claim in claimed {
+        let Some(members) = joined.remove(&claim.run.id) else {
+            continue;
+        };
+        let mut ids = vec![claim.run.intake_id.clone()];
+        ids.extend(members.iter().map(|(id, _)| id.clone()));
+        // Arrival order first (UUIDv7); a provider version, where known, outranks arrival.
+        let newest = members
+            .iter()
+            .cloned()
+            .chain([(claim.run.intake_id.clone(), None)])
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
+            .map(|(id, _)| id)
+            .unwrap_or_else(|| claim.run.intake_id.clone());
+        found.insert(claim.run.id.clone(), Members { ids, newest });
+    }
+    Ok(found)
+}

@@ -1,0 +1,444 @@
+//! Flow control at intake, decided with the rest of a batch (no I/O): the `rate` of tenants
+//! and sources, a workflow's `max_queued` (refuse) and `max_running` (defer), and coalescing
+//! windows (join a pending run instead of `entity_locked`).
+//!
+//! Invariants:
+//! - Every check counts rows the writer read inside the batch's transaction after locking the
+//!   ceiling's `flow_gates` row ([`Needs::gates`], sorted, so replicas take turns per key and
+//!   never deadlock on them); no count lives in memory between batches, so none can leak.
+//! - A rate's row holds its GCRA time ([`switchyard_core::Rate`]); only admitted deliveries
+//!   move it. A refused delivery is recorded `rate_limited` with the ceiling and the instant a
+//!   retry is admitted; a later copy of it is decided anew (its row replaced), not answered as
+//!   a duplicate of the refusal.
+//! - A delivery joins a coalescing window only while the run's dispatch is pending and
+//!   unclaimed (its row is locked by the lookup, so no dispatcher claims it meanwhile); the
+//!   dispatch's due time only moves later, never past the window's `max_wait`.
+//! - Nothing here runs, allocates or queries when no flow control is configured
+//!   ([`FlowConfig::is_empty`]).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use switchyard_core::{Channel, Coalesce, Event, Rate};
+use switchyard_router::{Choice, LockBatch, Millis};
+
+use super::Delivery;
+use crate::config::Config;
+
+/// A workflow's ceilings.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ceiling {
+    pub max_running: Option<u32>,
+    pub max_queued: Option<u32>,
+}
+
+/// The flow control of one config revision.
+#[derive(Debug, Default)]
+pub struct FlowConfig {
+    pub ceilings: HashMap<String, Ceiling>,
+    source_rates: HashMap<String, Rate>,
+    tenant_rates: HashMap<String, Rate>,
+    /// `(workflow, channel, event_type)` -> the trigger's window.
+    coalesce: HashMap<(String, Channel, String), Coalesce>,
+}
+
+impl FlowConfig {
+    pub fn new(config: &Config) -> Self {
+        let mut flow = FlowConfig {
+            source_rates: config.rates.source.clone().into_iter().collect(),
+            tenant_rates: config.rates.tenant.clone().into_iter().collect(),
+            ..FlowConfig::default()
+        };
+        for workflow in &config.workflows {
+            if workflow.max_running.is_some() || workflow.max_queued.is_some() {
+                flow.ceilings.insert(
+                    workflow.id.clone(),
+                    Ceiling {
+                        max_running: workflow.max_running,
+                        max_queued: workflow.max_queued,
+                    },
+                );
+            }
+            for trigger in &workflow.triggers {
+                if let (Some(window), Ok(channel)) = (trigger.coalesce, trigger.channel.parse()) {
+                    flow.coalesce
+                        .entry((workflow.id.clone(), channel, trigger.event_type.clone()))
+                        .or_insert(window);
+                }
+            }
+        }
+        flow
+    }
+
+    /// No ceiling, rate or window: intake does exactly what it did without flow control.
+    pub fn is_empty(&self) -> bool {
+        self.ceilings.is_empty()
+            && self.source_rates.is_empty()
+            && self.tenant_rates.is_empty()
+            && self.coalesce.is_empty()
+    }
+
+    pub fn has_windows(&self) -> bool {
+        !self.coalesce.is_empty()
+    }
+
+    fn window(&self, workflow: &str, event: &Event) -> Option<Coalesce> {
+        if self.coalesce.is_empty() {
+            return None;
+        }
+        self.coalesce
+            .get(&(workflow.to_owned(), event.channel, event.event_type.clone()))
+            .copied()
+    }
+}
+
+/// The `flow_gates` key of a source's rate.
+fn source_key(source: &str) -> String {
+    format!("rate:source:{source}")
+}
+
+fn tenant_key(tenant: &str) -> String {
+    format!("rate:tenant:{tenant}")
+}
+
+/// The `flow_gates` key intake locks before counting a workflow's runs.
+fn queue_key(workflow: &str) -> String {
+    format!("queue:{workflow}")
+}
+
+/// What a batch must look up for flow control (empty when none is configured).
+#[derive(Debug, Default)]
+pub struct Needs {
+    /// `flow_gates` keys to lock (insert if missing), sorted.
+    pub gates: Vec<String>,
+    /// Workflows whose queued and running runs to count, sorted.
+    pub workflows: Vec<String>,
+    /// Whether the holders' dispatches must be looked up (a chosen trigger coalesces).
+    pub windows: bool,
+}
+
+impl Needs {
+    pub fn of(deliveries: &[&Delivery], choices: &[Choice], flow: &FlowConfig) -> Self {
+        if flow.is_empty() {
+            return Needs::default();
+        }
+        let mut gates = BTreeSet::new();
+        let mut workflows = BTreeSet::new();
+        let mut windows = false;
+        for (delivery, choice) in deliveries.iter().zip(choices) {
+            let super::DeliveryBody::Route(event) = &delivery.body else {
+                continue;
+            };
+            if flow.source_rates.contains_key(&delivery.source) {
+                gates.insert(source_key(&delivery.source));
+            }
+            if flow.tenant_rates.contains_key(&event.tenant_id) {
+                gates.insert(tenant_key(&event.tenant_id));
+            }
+            if let Some(candidate) = choice.candidate() {
+                if flow.ceilings.contains_key(&*candidate.workflow_id) {
+                    gates.insert(queue_key(&candidate.workflow_id));
+                    workflows.insert(candidate.workflow_id.to_string());
+                }
+                windows |= flow.window(&candidate.workflow_id, event).is_some();
+            }
+        }
+        Needs {
+            gates: gates.into_iter().collect(),
+            workflows: workflows.into_iter().collect(),
+            windows,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.gates.is_empty() && self.workflows.is_empty() && !self.windows
+    }
+}
+
+/// A workflow's runs as the batch found them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    /// Created, not yet dispatched.
+    pub queued: i64,
+    /// Dispatched, not finished.
+    pub running: i64,
+}
+
+/// A run's pending dispatch, as a coalescing window.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub dispatch_id: String,
+    pub workflow_id: String,
+    /// When the run was created: its first member's arrival.
+    pub first_at: Millis,
+    /// Pending and not claimed: the run has not been handed to anyone yet.
+    pub open: bool,
+}
+
+/// What the store held for a batch's [`Needs`].
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Each gate's stored GCRA time (0 for a row just created).
+    pub tats: HashMap<String, i64>,
+    pub counts: HashMap<String, Counts>,
+    /// By run id: the windows of the runs holding the batch's entities.
+    pub windows: HashMap<String, Window>,
+}
+
+/// A delivery that joined a pending run.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub run_id: String,
+    pub intake_id: String,
+    pub version: Option<String>,
+    pub joined_at: Millis,
+}
+
+/// What flow control adds to a batch's writes.
+#[derive(Debug, Default)]
+pub struct Writes {
+    /// `(gate key, new GCRA time)` of the rates that admitted deliveries.
+    pub tats: Vec<(String, i64)>,
+    /// Ledger rows (and their raw bytes) of earlier `rate_limited` copies that a retry of the
+    /// same delivery replaces.
+    pub replaced: Vec<String>,
+    pub members: Vec<Member>,
+    /// `(dispatch id, due_at)` of stored windows that members pushed out.
+    pub due: Vec<(String, Millis)>,
+}
+
+impl Writes {
+    pub fn is_empty(&self) -> bool {
+        self.tats.is_empty()
+            && self.replaced.is_empty()
+            && self.members.is_empty()
+            && self.due.is_empty()
+    }
+}
+
+/// How flow control decided one delivery.
+pub enum Admit {
+    /// Route as usual; `deferred` names why its dispatch will wait for a slot.
+    Route { deferred: Option<String> },
+    /// `rate_limited`: the ceiling's words and when a retry is admitted.
+    Refuse { detail: String, retry_at: Millis },
+    /// `coalesced` into `run_id`, now due at `due_at`.
+    Join { run_id: String, due_at: Millis },
+}
+
+/// The flow-control state of one batch being decided.
+pub struct Gate<'a> {
+    flow: &'a FlowConfig,
+    now: Millis,
+    tats: HashMap<String, i64>,
+    moved: HashSet<String>,
+    counts: HashMap<String, Counts>,
+    windows: HashMap<String, Window>,
+    /// New runs of this batch that coalesce: run id -> due time.
+    new_due: HashMap<String, Millis>,
+    stored_due: HashMap<String, Millis>,
+    members: Vec<Member>,
+    pub replaced: Vec<String>,
+}
+
+impl<'a> Gate<'a> {
+    pub fn new(flow: &'a FlowConfig, found: Found, now: Millis) -> Self {
+        Gate {
+            flow,
+            now,
+            tats: found.tats,
+            moved: HashSet::new(),
+            counts: found.counts,
+            windows: found.windows,
+            new_due: HashMap::new(),
+            stored_due: HashMap::new(),
+            members: Vec::new(),
+            replaced: Vec::new(),
+        }
+    }
+
+    /// Decides one routable delivery before the entity lease is tried.
+    pub fn admit(
+        &mut self,
+        delivery: &Delivery,
+        event: &Event,
+        choice: &Choice,
+        locks: &LockBatch,
+    ) -> Admit {
+        if self.flow.is_empty() {
+            return Admit::Route { deferred: None };
+        }
+        let mut deferred = None;
+        let mut join = None;
+        if let Some(candidate) = choice.candidate() {
+            let workflow = &*candidate.workflow_id;
+            match locks.holder(&event.tenant_id, &event.target_entity_id) {
+                Some(holder) => {
+                    if let Some(window) = self.flow.window(workflow, event)
+                        && let Some(open) = self.windows.get(holder)
+                        && open.open
+                        && open.workflow_id == workflow
+                    {
+                        join = Some((holder.to_owned(), window, open.first_at));
+                    }
+                }
+                None => {
+                    let ceiling = self
+                        .flow
+                        .ceilings
+                        .get(workflow)
+                        .copied()
+                        .unwrap_or_default();
+                    let counts = self.counts.get(workflow).copied().unwrap_or_default();
+                    if let Some(max) = ceiling.max_queued
+                        && counts.queued >= i64::from(max)
+                    {
+                        return Admit::Refuse {
+                            detail: format!(
+                                "ceiling `max_queued` of workflow `{workflow}` reached: {} runs \
+                                 wait for dispatch (max_queued = {max}); retry once they are \
+                                 dispatched",
+                                counts.queued
+                            ),
+                            // A queue drains as the dispatcher hands runs out; a second is
+                            // the soonest a retry could find room.
+                            retry_at: self.now + 1_000,
+                        };
+                    }
+                    if let Some(max) = ceiling.max_running
+                        && counts.queued + counts.running >= i64::from(max)
+                    {
+                        deferred = Some(format!(
+                            "deferred: workflow `{workflow}` is at max_running = {max} ({} \
+                             running, {} queued ahead); the dispatch waits for a free slot",
+                            counts.running, counts.queued
+                        ));
+                    }
+                }
+            }
+        }
+        if let Err(refusal) = self.take_rates(delivery, event) {
+            return refusal;
+        }
+        if let Some((run_id, window, first_at)) = join {
+            let due_at = window.due_at(first_at, self.now);
+            match self.new_due.get_mut(&run_id) {
+                Some(due) => *due = due_at,
+                None => {
+                    if let Some(stored) = self.windows.get(&run_id) {
+                        self.stored_due.insert(stored.dispatch_id.clone(), due_at);
+                    }
+                }
+            }
+            self.members.push(Member {
+                run_id: run_id.clone(),
+                intake_id: delivery.intake_id.to_string(),
+                version: None,
+                joined_at: self.now,
+            });
+            return Admit::Join { run_id, due_at };
+        }
+        Admit::Route { deferred }
+    }
+
+    /// Takes one admission from each rate the delivery falls under, or none if one refuses.
+    fn take_rates(&mut self, delivery: &Delivery, event: &Event) -> Result<(), Admit> {
+        let now_us = self.now.saturating_mul(1_000);
+        let mut taken: [Option<(String, i64)>; 2] = [None, None];
+        let rates = [
+            (
+                "source",
+                &delivery.source,
+                self.flow.source_rates.get(&delivery.source),
+            ),
+            (
+                "tenant",
+                &event.tenant_id,
+                self.flow.tenant_rates.get(&event.tenant_id),
+            ),
+        ];
+        for (slot, (kind, name, rate)) in rates.into_iter().enumerate() {
+            let Some(rate) = rate else { continue };
+            let key = match kind {
+                "source" => source_key(name),
+                _ => tenant_key(name),
+            };
+            let tat = self.tats.get(&key).copied().unwrap_or(0);
+            match rate.admit(tat, now_us) {
+                Ok(next) => taken[slot] = Some((key, next)),
+                Err(retry_us) => {
+                    let retry_at = (retry_us + 999) / 1_000;
+                    return Err(Admit::Refuse {
+                        detail: format!(
+                            "ceiling `rate` of {kind} `{name}` reached ({rate}); a retry is \
+                             admitted from {}",
+                            switchyard_router::millis_rfc3339(retry_at)
+                        ),
+                        retry_at,
+                    });
+                }
+            }
+        }
+        for (key, next) in taken.into_iter().flatten() {
+            self.moved.insert(key.clone());
+            self.tats.insert(key, next);
+        }
+        Ok(())
+    }
+
+    /// Counts a run the batch created, and opens its window if its trigger coalesces.
+    pub fn routed(&mut self, run_id: &str, workflow: &str, event: &Event) {
+        if self.flow.is_empty() {
+            return;
+        }
+        if let Some(counts) = self.counts.get_mut(workflow) {
+            counts.queued += 1;
+        }
+        if let Some(window) = self.flow.window(workflow, event) {
+            self.new_due
+                .insert(run_id.to_owned(), window.due_at(self.now, self.now));
+            self.windows.insert(
+                run_id.to_owned(),
+                Window {
+                    dispatch_id: String::new(),
+                    workflow_id: workflow.to_owned(),
+                    first_at: self.now,
+                    open: true,
+                },
+            );
+        }
+    }
+
+    /// When a new run's dispatch is due, if its trigger coalesces.
+    pub fn due_of(&self, run_id: &str) -> Option<Millis> {
+        self.new_due.get(run_id).copied()
+    }
+
+    pub fn has_new_windows(&self) -> bool {
+        !self.new_due.is_empty()
+    }
+
+    pub fn into_writes(self) -> Writes {
+        let mut tats: Vec<(String, i64)> = self
+            .moved
+            .into_iter()
+            .filter_map(|key| {
+                let tat = *self.tats.get(&key)?;
+                Some((key, tat))
+            })
+            .collect();
+        tats.sort();
+        Writes {
+            tats,
+            replaced: self.replaced,
+            members: self.members,
+            due: self.stored_due.into_iter().collect(),
+        }
+    }
+}
+
+/// Seconds a sender should wait before retrying at `retry_at` (at least 1).
+pub fn retry_after(retry_at: Millis, now: Millis) -> u64 {
+    u64::try_from((retry_at - now).max(1))
+        .unwrap_or(1)
+        .div_ceil(1_000)
+}

@@ -1,0 +1,514 @@
+//! Flow control's lookups and writes for each intake writer (SQLite on its own connection,
+//! PostgreSQL on the batch connection, MySQL through sea-orm), inside the batch's transaction.
+//! Called only when a batch needs them ([`Needs::is_empty`], [`Writes::is_empty`]), so a
+//! daemon without flow control runs no statement of this module.
+//!
+//! The order inside a transaction is fixed: lock the `flow_gates` rows (sorted by name), then
+//! count the workflows' runs (a statement after the lock, so PostgreSQL's and MySQL's READ
+//! COMMITTED reads see every run the previous holder committed), then the leases, then the
+//! windows (the holders' dispatch rows, row-locked so no dispatcher claims them before the
+//! commit). Replaced `rate_limited` rows are deleted before the ledger rows are inserted.
+
+use std::collections::HashMap;
+
+use switchyard_router::entities::entity_lock;
+use switchyard_router::{ACTIVE, Millis};
+
+use super::flow::{Counts, Found, Needs, Window, Writes};
+
+/// The holders of the batch's leases (whose dispatch may be an open window).
+fn holders(leases: &[entity_lock::Model], now: Millis) -> Vec<String> {
+    let mut holders: Vec<String> = leases
+        .iter()
+        .filter_map(|l| l.held_at(now).map(str::to_owned))
+        .collect();
+    holders.sort();
+    holders.dedup();
+    holders
+}
+
+fn add_count(counts: &mut HashMap<String, Counts>, workflow: String, status: &str, n: i64) {
+    let entry = counts.entry(workflow).or_default();
+    if status == "queued" {
+        entry.queued += n;
+    } else {
+        entry.running += n;
+    }
+}
+
+fn window(
+    dispatch_id: String,
+    workflow_id: String,
+    status: &str,
+    claimed_by: Option<String>,
+    attempts: i32,
+    first_at: Millis,
+) -> Window {
+    Window {
+        dispatch_id,
+        workflow_id,
+        first_at,
+        // Never handed to anyone: no attempt yet and no claim in flight.
+        open: status == "pending" && claimed_by.is_none() && attempts == 0,
+    }
+}
+
+pub(super) mod sqlite {
+    use rusqlite::{Transaction, params};
+
+    use super::*;
+
+    /// Locks the gates and counts the workflows (before the leases are read).
+    pub fn look_up(txn: &Transaction<'_>, needs: &Needs, now: Millis) -> rusqlite::Result<Found> {
+        let mut found = Found::default();
+        if needs.is_empty() {
+            return Ok(found);
+        }
+        if !needs.gates.is_empty() {
+            let mut insert = txn.prepare_cached(
+                "INSERT INTO flow_gates (name, tat_us, updated_at) VALUES (?1, 0, ?2) \
+                 ON CONFLICT (name) DO NOTHING",
+            )?;
+            let mut select = txn.prepare_cached("SELECT tat_us FROM flow_gates WHERE name = ?1")?;
+            for gate in &needs.gates {
+                insert.execute(params![gate, now])?;
+                let tat: i64 = select.query_row(params![gate], |row| row.get(0))?;
+                found.tats.insert(gate.clone(), tat);
+            }
+        }
+        if !needs.workflows.is_empty() {
+            let statuses: Vec<String> = ACTIVE.iter().map(|s| format!("'{s}'")).collect();
+            let mut count = txn.prepare_cached(&format!(
+                "SELECT status, COUNT(*) FROM runs WHERE workflow_id = ?1 AND status IN ({}) \
+                 GROUP BY status",
+                statuses.join(", ")
+            ))?;
+            for workflow in &needs.workflows {
+                let mut rows = count.query(params![workflow])?;
+                found.counts.entry(workflow.clone()).or_default();
+                while let Some(row) = rows.next()? {
+                    let status: String = row.get(0)?;
+                    add_count(&mut found.counts, workflow.clone(), &status, row.get(1)?);
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The windows of the runs holding the batch's entities.
+    pub fn windows(
+        txn: &Transaction<'_>,
+        needs: &Needs,
+        leases: &[entity_lock::Model],
+        now: Millis,
+        found: &mut Found,
+    ) -> rusqlite::Result<()> {
+        if !needs.windows {
+            return Ok(());
+        }
+        let mut select = txn.prepare_cached(
+            "SELECT d.id, d.workflow_id, d.status, d.claimed_by, d.attempts, r.created_at \
+             FROM dispatches d JOIN runs r ON r.id = d.run_id WHERE d.run_id = ?1",
+        )?;
+        for run_id in holders(leases, now) {
+            let mut rows = select.query(params![run_id])?;
+            if let Some(row) = rows.next()? {
+                let status: String = row.get(2)?;
+                let w = window(
+                    row.get(0)?,
+                    row.get(1)?,
+                    &status,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                );
+                found.windows.insert(run_id, w);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes replaced refusals (before the ledger rows are inserted).
+    pub fn replace(txn: &Transaction<'_>, writes: &Writes) -> rusqlite::Result<()> {
+        if writes.replaced.is_empty() {
+            return Ok(());
+        }
+        let mut ledger =
+            txn.prepare_cached("DELETE FROM intake WHERE id = ?1 AND outcome = 'rate_limited'")?;
+        let mut raw = txn.prepare_cached("DELETE FROM raw_deliveries WHERE id = ?1")?;
+        for id in &writes.replaced {
+            ledger.execute(params![id])?;
+            raw.execute(params![id])?;
+        }
+        Ok(())
+    }
+
+    pub fn write(txn: &Transaction<'_>, writes: &Writes, now: Millis) -> rusqlite::Result<()> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        if !writes.tats.is_empty() {
+            let mut update = txn.prepare_cached(
+                "UPDATE flow_gates SET tat_us = ?2, updated_at = ?3 WHERE name = ?1",
+            )?;
+            for (gate, tat) in &writes.tats {
+                update.execute(params![gate, tat, now])?;
+            }
+        }
+        if !writes.members.is_empty() {
+            let mut insert = txn.prepare_cached(
+                "INSERT INTO run_members (run_id, intake_id, version, joined_at) \
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for m in &writes.members {
+                insert.execute(params![m.run_id, m.intake_id, m.version, m.joined_at])?;
+            }
+        }
+        if !writes.due.is_empty() {
+            let mut update = txn.prepare_cached(
+                "UPDATE dispatches SET due_at = ?2, updated_at = ?3 \
+                 WHERE id = ?1 AND status = 'pending' AND claimed_by IS NULL",
+            )?;
+            for (dispatch_id, due_at) in &writes.due {
+                update.execute(params![dispatch_id, due_at, now])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) mod postgres {
+    use sea_orm::sqlx::{self, Postgres, Row, Transaction};
+
+    use super::*;
+
+    type Result<T> = std::result::Result<T, sqlx::Error>;
+
+    pub async fn look_up(
+        txn: &mut Transaction<'_, Postgres>,
+        needs: &Needs,
+        now: Millis,
+    ) -> Result<Found> {
+        let mut found = Found::default();
+        if needs.is_empty() {
+            return Ok(found);
+        }
+        if !needs.gates.is_empty() {
+            sqlx::query(
+                "INSERT INTO flow_gates (name, tat_us, updated_at) \
+                 SELECT k, 0, $2 FROM UNNEST($1::text[]) AS k ORDER BY k \
+                 ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(&needs.gates)
+            .bind(now)
+            .execute(&mut **txn)
+            .await?;
+            let rows = sqlx::query(
+                "SELECT g.name, g.tat_us FROM UNNEST($1::text[]) AS k(name) \
+                 CROSS JOIN LATERAL (SELECT name, tat_us FROM flow_gates \
+                 WHERE name = k.name FOR UPDATE) AS g ORDER BY g.name",
+            )
+            .bind(&needs.gates)
+            .fetch_all(&mut **txn)
+            .await?;
+            for row in rows {
+                found.tats.insert(row.try_get(0)?, row.try_get(1)?);
+            }
+        }
+        if !needs.workflows.is_empty() {
+            let rows = sqlx::query(
+                "SELECT k.w, c.status, c.n FROM UNNEST($1::text[]) AS k(w) \
+                 CROSS JOIN LATERAL (SELECT status, COUNT(*) AS n FROM runs \
+                 WHERE workflow_id = k.w AND status = ANY($2::text[]) GROUP BY status) AS c",
+            )
+            .bind(&needs.workflows)
+            .bind(&ACTIVE[..])
+            .fetch_all(&mut **txn)
+            .await?;
+            for workflow in &needs.workflows {
+                found.counts.entry(workflow.clone()).or_default();
+            }
+            for row in rows {
+                let status: String = row.try_get(1)?;
+                add_count(&mut found.counts, row.try_get(0)?, &status, row.try_get(2)?);
+            }
+        }
+        Ok(found)
+    }
+
+    pub async fn windows(
+        txn: &mut Transaction<'_, Postgres>,
+        needs: &Needs,
+        leases: &[entity_lock::Model],
+        now: Millis,
+        found: &mut Found,
+    ) -> Result<()> {
+        if !needs.windows {
+            return Ok(());
+        }
+        let holders = holders(leases, now);
+        if holders.is_empty() {
+            return Ok(());
+        }
+        let rows = sqlx::query(
+            "SELECT d.run_id, d.id, d.workflow_id, d.status, d.claimed_by, d.attempts, \
+             r.created_at FROM UNNEST($1::text[]) AS k(run_id) \
+             CROSS JOIN LATERAL (SELECT * FROM dispatches WHERE run_id = k.run_id \
+             LIMIT 1 FOR UPDATE) AS d JOIN runs r ON r.id = d.run_id",
+        )
+        .bind(&holders)
+        .fetch_all(&mut **txn)
+        .await?;
+        for row in rows {
+            let status: String = row.try_get(3)?;
+            let w = window(
+                row.try_get(1)?,
+                row.try_get(2)?,
+                &status,
+                row.try_get(4)?,
+                row.try_get(5)?,
+                row.try_get(6)?,
+            );
+            found.windows.insert(row.try_get(0)?, w);
+        }
+        Ok(())
+    }
+
+    pub async fn replace(txn: &mut Transaction<'_, Postgres>, writes: &Writes) -> Result<()> {
+        if writes.replaced.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "WITH raw AS (DELETE FROM raw_deliveries WHERE id = ANY($1::text[])) \
+             DELETE FROM intake WHERE id = ANY($1::text[]) AND outcome = 'rate_limited'",
+        )
+        .bind(&writes.replaced)
+        .execute(&mut **txn)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn write(
+        txn: &mut Transaction<'_, Postgres>,
+        writes: &Writes,
+        now: Millis,
+    ) -> Result<()> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let (gates, tats): (Vec<&str>, Vec<i64>) =
+            writes.tats.iter().map(|(g, t)| (g.as_str(), *t)).unzip();
+        let (due_ids, due_at): (Vec<&str>, Vec<i64>) =
+            writes.due.iter().map(|(d, t)| (d.as_str(), *t)).unzip();
+        sqlx::query(
+            "WITH gates AS ( \
+                UPDATE flow_gates g SET tat_us = v.tat, updated_at = $3 \
+                FROM UNNEST($1::text[], $2::int8[]) AS v(name, tat) WHERE g.name = v.name \
+             ), members AS ( \
+                INSERT INTO run_members (run_id, intake_id, version, joined_at) \
+                SELECT * FROM UNNEST($4::text[], $5::text[], $6::text[], $7::int8[]) \
+             ) \
+             UPDATE dispatches d SET due_at = v.due_at, updated_at = $3 \
+             FROM UNNEST($8::text[], $9::int8[]) AS v(id, due_at) \
+             WHERE d.id = v.id AND d.status = 'pending' AND d.claimed_by IS NULL",
+        )
+        .bind(gates)
+        .bind(tats)
+        .bind(now)
+        .bind(
+            writes
+                .members
+                .iter()
+                .map(|m| m.run_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            writes
+                .members
+                .iter()
+                .map(|m| m.intake_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            writes
+                .members
+                .iter()
+                .map(|m| m.version.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            writes
+                .members
+                .iter()
+                .map(|m| m.joined_at)
+                .collect::<Vec<_>>(),
+        )
+        .bind(due_ids)
+        .bind(due_at)
+        .execute(&mut **txn)
+        .await?;
+        Ok(())
+    }
+}
+
+/// MySQL (and any backend sea-orm speaks with `?` placeholders).
+pub(super) mod orm {
+    use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, Statement, Value};
+
+    use super::*;
+
+    fn stmt(txn: &DatabaseTransaction, sql: &str, values: Vec<Value>) -> Statement {
+        Statement::from_sql_and_values(txn.get_database_backend(), sql, values)
+    }
+
+    pub async fn look_up(
+        txn: &DatabaseTransaction,
+        needs: &Needs,
+        now: Millis,
+    ) -> Result<Found, DbErr> {
+        let mut found = Found::default();
+        if needs.is_empty() {
+            return Ok(found);
+        }
+        for gate in &needs.gates {
+            txn.execute_raw(stmt(
+                txn,
+                "INSERT INTO flow_gates (name, tat_us, updated_at) VALUES (?, 0, ?) \
+                 ON DUPLICATE KEY UPDATE name = name",
+                vec![gate.clone().into(), now.into()],
+            ))
+            .await?;
+            let row = txn
+                .query_one_raw(stmt(
+                    txn,
+                    "SELECT tat_us FROM flow_gates WHERE name = ? FOR UPDATE",
+                    vec![gate.clone().into()],
+                ))
+                .await?;
+            let tat = match row {
+                Some(row) => row.try_get_by_index::<i64>(0)?,
+                None => 0,
+            };
+            found.tats.insert(gate.clone(), tat);
+        }
+        for workflow in &needs.workflows {
+            found.counts.entry(workflow.clone()).or_default();
+            let mut values: Vec<Value> = vec![workflow.clone().into()];
+            values.extend(ACTIVE.iter().map(|s| Value::from(*s)));
+            let marks = vec!["?"; ACTIVE.len()].join(", ");
+            let rows = txn
+                .query_all_raw(stmt(
+                    txn,
+                    &format!(
+                        "SELECT status, COUNT(*) FROM runs WHERE workflow_id = ? AND status IN \
+                         ({marks}) GROUP BY status"
+                    ),
+                    values,
+                ))
+                .await?;
+            for row in rows {
+                let status: String = row.try_get_by_index(0)?;
+                add_count(
+                    &mut found.counts,
+                    workflow.clone(),
+                    &status,
+                    row.try_get_by_index(1)?,
+                );
+            }
+        }
+        Ok(found)
+    }
+
+    pub async fn windows(
+        txn: &DatabaseTransaction,
+        needs: &Needs,
+        leases: &[entity_lock::Model],
+        now: Millis,
+        found: &mut Found,
+    ) -> Result<(), DbErr> {
+        if !needs.windows {
+            return Ok(());
+        }
+        for run_id in holders(leases, now) {
+            let row = txn
+                .query_one_raw(stmt(
+                    txn,
+                    "SELECT d.id, d.workflow_id, d.status, d.claimed_by, d.attempts, r.created_at \
+                     FROM dispatches d JOIN runs r ON r.id = d.run_id WHERE d.run_id = ? \
+                     FOR UPDATE",
+                    vec![run_id.clone().into()],
+                ))
+                .await?;
+            if let Some(row) = row {
+                let status: String = row.try_get_by_index(2)?;
+                let w = window(
+                    row.try_get_by_index(0)?,
+                    row.try_get_by_index(1)?,
+                    &status,
+                    row.try_get_by_index(3)?,
+                    row.try_get_by_index(4)?,
+                    row.try_get_by_index(5)?,
+                );
+                found.windows.insert(run_id, w);
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn replace(txn: &DatabaseTransaction, writes: &Writes) -> Result<(), DbErr> {
+        for id in &writes.replaced {
+            txn.execute_raw(stmt(
+                txn,
+                "DELETE FROM intake WHERE id = ? AND outcome = 'rate_limited'",
+                vec![id.clone().into()],
+            ))
+            .await?;
+            txn.execute_raw(stmt(
+                txn,
+                "DELETE FROM raw_deliveries WHERE id = ?",
+                vec![id.clone().into()],
+            ))
+            .await?;
+        }
+        Ok(())
+    }
+
+    pub async fn write(
+        txn: &DatabaseTransaction,
+        writes: &Writes,
+        now: Millis,
+    ) -> Result<(), DbErr> {
+        for (gate, tat) in &writes.tats {
+            txn.execute_raw(stmt(
+                txn,
+                "UPDATE flow_gates SET tat_us = ?, updated_at = ? WHERE name = ?",
+                vec![(*tat).into(), now.into(), gate.clone().into()],
+            ))
+            .await?;
+        }
+        for m in &writes.members {
+            txn.execute_raw(stmt(
+                txn,
+                "INSERT INTO run_members (run_id, intake_id, version, joined_at) \
+                 VALUES (?, ?, ?, ?)",
+                vec![
+                    m.run_id.clone().into(),
+                    m.intake_id.clone().into(),
+                    m.version.clone().into(),
+                    m.joined_at.into(),
+                ],
+            ))
+            .await?;
+        }
+        for (dispatch_id, due_at) in &writes.due {
+            txn.execute_raw(stmt(
+                txn,
+                "UPDATE dispatches SET due_at = ?, updated_at = ? \
+                 WHERE id = ? AND status = 'pending' AND claimed_by IS NULL",
+                vec![(*due_at).into(), now.into(), dispatch_id.clone().into()],
+            ))
+            .await?;
+        }
+        Ok(())
+    }
+}
