@@ -6,6 +6,7 @@ mod e2e {
 
     mod access;
     mod browser;
+    mod ceilings;
     mod chaos;
     mod cli;
     mod cloudevents;
