@@ -10,6 +10,7 @@ mod e2e {
     mod chaos;
     mod cli;
     mod cloudevents;
+    mod coalescing;
     mod concurrency;
     mod conditions;
     mod console;
