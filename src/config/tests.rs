@@ -428,3 +428,88 @@ fn token_typos_are_errors_naming_the_key_and_line() {
         "{unset}"
     );
 }
+
+#[test]
+fn flow_control_keys_parse_and_their_errors_name_the_key_and_line() {
+    let workflow = |extra: &str, trigger: &str| {
+        format!(
+            "[[workflow]]\nid = \"a\"\ntenant = \"acme\"\nstatus = \"live\"\n{extra}\ntriggers = [\n  \
+             {{ channel = \"webhook\", event_type = \"ticket.updated\"{trigger} }},\n]\n"
+        )
+    };
+    let loaded = parse(&format!(
+        "{}\n[rates.tenant]\nacme = {{ limit = 100, per = \"1m\", burst = 20 }}\n[rates.source]\napi = {{ limit = 5, per = \"1s\" }}\n",
+        workflow(
+            "max_running = 2\nmax_queued = 50",
+            ", coalesce = { quiet = \"30s\", max_wait = \"5m\" }"
+        )
+    ))
+    .expect("valid flow control");
+    let config = &loaded.config;
+    assert_eq!(config.workflows[0].max_running, Some(2));
+    assert_eq!(config.workflows[0].max_queued, Some(50));
+    assert_eq!(
+        config.workflows[0].triggers[0].coalesce.map(|c| c.max_wait),
+        Some(std::time::Duration::from_secs(300))
+    );
+    assert_eq!(
+        config.rates.tenant["acme"].to_string(),
+        "100 per 1m, burst 20"
+    );
+
+    // Shape errors: the serde message names the key and the line.
+    for (text, needle, line) in [
+        (
+            workflow("", ", coalesce = { quiet = \"0s\", max_wait = \"5m\" }"),
+            "`quiet` must be longer than 0s",
+            "line 7",
+        ),
+        (
+            workflow("", ", coalesce = { quiet = \"10m\", max_wait = \"5m\" }"),
+            "`max_wait` (5m) must be at least `quiet` (10m)",
+            "line 7",
+        ),
+        (
+            workflow("", ", coalesce = { quiet = \"1s\", max_wiat = \"5m\" }"),
+            "unknown field `max_wiat`",
+            "line 7",
+        ),
+        (
+            "[rates.tenant]\nacme = { limit = 0, per = \"1m\" }\n".to_owned(),
+            "`limit` must be at least 1",
+            "line 2",
+        ),
+        (
+            "[rates.source]\napi = { limit = 3, per = \"1m\", burst = 0 }\n".to_owned(),
+            "`burst` must be at least 1",
+            "line 2",
+        ),
+        (
+            "[rates]\nworkflow = {}\n".to_owned(),
+            "unknown field `workflow`",
+            "line 2",
+        ),
+    ] {
+        let error = parse(&text).expect_err(needle).to_string();
+        assert!(error.contains(needle), "{needle}: {error}");
+        assert!(error.contains(line), "{needle}: the line is named: {error}");
+    }
+
+    // Meaning errors: named by workflow, source or tenant.
+    let coalesce_messages = "[[workflow]]\nid = \"chat\"\ntenant = \"acme\"\nstatus = \"live\"\n\
+        triggers = [ { channel = \"slack\", event_type = \"message\", coalesce = { quiet = \"5s\", max_wait = \"1m\" } } ]\n\
+        [[workflow]]\nid = \"comments\"\ntenant = \"acme\"\nstatus = \"live\"\nmax_running = 0\n\
+        triggers = [ { channel = \"webhook\", event_type = \"ticket.comment_added\", coalesce = { quiet = \"5s\", max_wait = \"1m\" } } ]\n\
+        [rates.source]\nzendesk-typo = { limit = 1, per = \"1s\" }\n\
+        [rates.tenant]\nnobody = { limit = 1, per = \"1s\" }\n";
+    let error = parse(coalesce_messages).expect_err("refused").to_string();
+    for needle in [
+        "workflow `chat`: `coalesce` is refused on the `slack` channel",
+        "workflow `comments`: `coalesce` is refused on `ticket.comment_added`: comments are events whose order",
+        "workflow `comments`: `max_running` must be at least 1",
+        "rates.source.zendesk-typo: no source is named `zendesk-typo`",
+        "rates.tenant.nobody: no source or workflow belongs to tenant `nobody`",
+    ] {
+        assert!(error.contains(needle), "{needle}: {error}");
+    }
+}
