@@ -73,6 +73,11 @@ pub struct BenchArgs {
     /// Skip the baseline servers (daemon figures only, no ratios).
     #[arg(long)]
     pub no_baselines: bool,
+    /// Instead of the baselines: the daemon again, with flow control configured (a trigger
+    /// condition, a `max_running` ceiling, a tenant `rate` and a coalescing window), run cell by
+    /// cell beside the daemon without them; the report gives what the controls cost.
+    #[arg(long)]
+    pub flow_control: bool,
     /// Skip the load runs (startup and soak only).
     #[arg(long)]
     pub no_load: bool,

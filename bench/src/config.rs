@@ -59,6 +59,30 @@ triggers = [ {{ channel = "webhook", event_type = "ticket.created", priority = 5
     )
 }
 
+/// [`load_config`] with flow control on the winning workflow: a condition every request
+/// meets, a `max_running` ceiling (no worker claims, so runs past it are created deferred:
+/// intake counts the workflow's runs in every batch), a tenant `rate` that admits everything
+/// (its row is locked and moved in every batch) and a coalescing window (requests on the hot
+/// ticket join its pending run instead of `entity_locked`).
+pub fn flow_control_config(database_url: &str, durability: &str) -> String {
+    let plain = load_config(database_url, durability);
+    let controlled = plain.replace(
+        "id = \"triage\"\ntenant = \"acme\"\nstatus = \"live\"\n",
+        "id = \"triage\"\ntenant = \"acme\"\nstatus = \"live\"\nmax_running = 64\n",
+    );
+    let when = r#"when = { field = "priority", in = ["low", "normal", "high", "urgent"] }, coalesce = { quiet = "1s", max_wait = "1m" }"#;
+    let controlled = controlled
+        .replace(
+            r#"{ channel = "webhook", event_type = "ticket.created", priority = 100 }"#,
+            &format!(r#"{{ channel = "webhook", event_type = "ticket.created", priority = 100, {when} }}"#),
+        )
+        .replace(
+            r#"{ channel = "web_form", event_type = "ticket.created", priority = 100 }"#,
+            &format!(r#"{{ channel = "web_form", event_type = "ticket.created", priority = 100, {when} }}"#),
+        );
+    format!("{controlled}\n[rates.tenant]\nacme = {{ limit = 10000000, per = \"1s\" }}\n")
+}
+
 /// Event types the startup config spreads its triggers over.
 const EVENT_TYPES: [&str; 10] = [
     "ticket.created",
@@ -153,6 +177,18 @@ pub fn write_config(dir: &Path, text: &str) -> anyhow::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_flow_control_config_controls_the_winning_workflow() {
+        let text = flow_control_config("sqlite://x.db", "full");
+        let value: toml::Value = toml::from_str(&text).expect("TOML");
+        let triage = &value["workflow"][0];
+        assert_eq!(triage["max_running"].as_integer(), Some(64));
+        for trigger in triage["triggers"].as_array().expect("triggers") {
+            assert!(trigger.get("when").is_some() && trigger.get("coalesce").is_some());
+        }
+        assert!(value["rates"]["tenant"]["acme"].is_table());
+    }
 
     #[test]
     fn the_startup_config_has_the_requested_workflows() {

@@ -25,12 +25,15 @@ pub enum Target {
     Daemon,
     Bare,
     Insert,
+    /// The daemon with flow control configured (`--flow-control`).
+    Flow,
 }
 
 impl Target {
     pub fn name(self, backend: Backend) -> &'static str {
         match (self, backend) {
             (Target::Daemon, _) => "switchyard",
+            (Target::Flow, _) => "switchyard + flow control",
             (Target::Bare, _) => "bare axum",
             (Target::Insert, Backend::Sqlite) => "SQLite insert/req",
             (Target::Insert, Backend::Postgres) => "PostgreSQL insert/req",
@@ -211,7 +214,23 @@ async fn run_backend_on(
     let idle = procfs::memory(daemon.pid()).unwrap_or_default();
 
     let mut servers = vec![(Target::Daemon, daemon)];
-    if !args.no_baselines {
+    if args.flow_control {
+        // Its own database (the insert baseline's) and folder, beside the plain daemon.
+        let dir = databases.dir.path().join("flow");
+        std::fs::create_dir_all(&dir)?;
+        let url = match backend {
+            Backend::Sqlite => sqlite_url(&dir.join("switchyard.db")),
+            Backend::Postgres => databases.baseline.clone(),
+        };
+        let flow = start_daemon(
+            args,
+            binary,
+            &dir,
+            &config::flow_control_config(&url, &args.durability),
+        )
+        .await?;
+        servers.push((Target::Flow, flow));
+    } else if !args.no_baselines {
         servers.push((Target::Bare, start_baseline("bare", "", 1).await?));
         let insert = match backend {
             Backend::Sqlite => {

@@ -129,7 +129,7 @@ pub fn print_backend(args: &BenchArgs, result: &BackendResult) {
                 cell.concurrency,
                 target.name(backend),
                 run.ok_per_sec(),
-                if *target == Target::Daemon {
+                if matches!(*target, Target::Daemon | Target::Flow) {
                     format!("{:.0}", run.outcome_per_sec("routed"))
                 } else {
                     "-".into()
@@ -146,6 +146,30 @@ pub fn print_backend(args: &BenchArgs, result: &BackendResult) {
                 memory(run.memory),
             );
         }
+    }
+    if args.flow_control {
+        println!("\nWhat flow control costs (answers/s, same run; the target is at most 15%):\n");
+        println!("| scenario | conc | with / without | cost | p99 with / without ms |");
+        println!("|---|---:|---:|---:|---|");
+        for cell in &result.cells {
+            let (Some(plain), Some(flow)) =
+                (cell.median(Target::Daemon), cell.median(Target::Flow))
+            else {
+                continue;
+            };
+            let ratio = flow.ok_per_sec() / plain.ok_per_sec().max(1e-9);
+            println!(
+                "| {} | {} | {:.3} | {:.1}% | {:.2} / {:.2} |",
+                cell.scenario.name(),
+                cell.concurrency,
+                ratio,
+                (1.0 - ratio) * 100.0,
+                flow.latency_ms(0.99),
+                plain.latency_ms(0.99),
+            );
+        }
+        println!();
+        return;
     }
     if args.no_baselines {
         println!();

@@ -111,7 +111,7 @@ pub struct Needs {
     /// `flow_gates` keys to lock (insert if missing), sorted.
     pub gates: Vec<String>,
     /// Workflows whose queued and running runs to count, sorted.
-    pub workflows: Vec<String>,
+    pub workflows: Vec<CountUpTo>,
     /// Whether the holders' dispatches must be looked up (a chosen trigger coalesces).
     pub windows: bool,
 }
@@ -122,7 +122,7 @@ impl Needs {
             return Needs::default();
         }
         let mut gates = BTreeSet::new();
-        let mut workflows = BTreeSet::new();
+        let mut workflows: BTreeSet<CountUpTo> = BTreeSet::new();
         let mut windows = false;
         for (delivery, choice) in deliveries.iter().zip(choices) {
             let super::DeliveryBody::Route(event) = &delivery.body else {
@@ -135,9 +135,14 @@ impl Needs {
                 gates.insert(tenant_key(&event.tenant_id));
             }
             if let Some(candidate) = choice.candidate() {
-                if flow.ceilings.contains_key(&*candidate.workflow_id) {
+                if let Some(ceiling) = flow.ceilings.get(&*candidate.workflow_id) {
                     gates.insert(queue_key(&candidate.workflow_id));
-                    workflows.insert(candidate.workflow_id.to_string());
+                    let running = ceiling.max_running.map_or(0, i64::from);
+                    workflows.insert(CountUpTo {
+                        workflow: candidate.workflow_id.to_string(),
+                        queued: ceiling.max_queued.map_or(0, i64::from).max(running),
+                        running,
+                    });
                 }
                 windows |= flow.window(&candidate.workflow_id, event).is_some();
             }
@@ -154,7 +159,19 @@ impl Needs {
     }
 }
 
-/// A workflow's runs as the batch found them.
+/// A workflow whose runs a batch counts, and how far: a ceiling only needs to know whether
+/// it is reached, so no count reads more index entries than the ceiling (the cost stays
+/// bounded however long the queue grows).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CountUpTo {
+    pub workflow: String,
+    /// Queued runs to count at most.
+    pub queued: i64,
+    /// Running runs to count at most (0: not needed).
+    pub running: i64,
+}
+
+/// A workflow's runs as the batch found them (each at most its [`CountUpTo`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counts {
     /// Created, not yet dispatched.

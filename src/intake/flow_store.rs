@@ -9,10 +9,8 @@
 //! windows (the holders' dispatch rows, row-locked so no dispatcher claims them before the
 //! commit). Replaced `rate_limited` rows are deleted before the ledger rows are inserted.
 
-use std::collections::HashMap;
-
+use switchyard_router::Millis;
 use switchyard_router::entities::entity_lock;
-use switchyard_router::{ACTIVE, Millis};
 
 use super::flow::{Counts, Found, Needs, Window, Writes};
 
@@ -27,13 +25,18 @@ fn holders(leases: &[entity_lock::Model], now: Millis) -> Vec<String> {
     holders
 }
 
-fn add_count(counts: &mut HashMap<String, Counts>, workflow: String, status: &str, n: i64) {
-    let entry = counts.entry(workflow).or_default();
-    if status == "queued" {
-        entry.queued += n;
-    } else {
-        entry.running += n;
-    }
+/// The statuses of runs that hold a `max_running` slot: active, but no longer queued.
+fn running_statuses() -> Vec<&'static str> {
+    switchyard_router::ceilings::running_statuses()
+}
+
+/// [`running_statuses`] as an SQL list of literals.
+fn running_list() -> String {
+    running_statuses()
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn window(
@@ -77,19 +80,20 @@ pub(super) mod sqlite {
             }
         }
         if !needs.workflows.is_empty() {
-            let statuses: Vec<String> = ACTIVE.iter().map(|s| format!("'{s}'")).collect();
             let mut count = txn.prepare_cached(&format!(
-                "SELECT status, COUNT(*) FROM runs WHERE workflow_id = ?1 AND status IN ({}) \
-                 GROUP BY status",
-                statuses.join(", ")
+                "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workflow_id = ?1 \
+                 AND status = 'queued' LIMIT ?2)), (SELECT COUNT(*) FROM (SELECT 1 FROM runs \
+                 WHERE workflow_id = ?1 AND status IN ({}) LIMIT ?3))",
+                running_list()
             ))?;
-            for workflow in &needs.workflows {
-                let mut rows = count.query(params![workflow])?;
-                found.counts.entry(workflow.clone()).or_default();
-                while let Some(row) = rows.next()? {
-                    let status: String = row.get(0)?;
-                    add_count(&mut found.counts, workflow.clone(), &status, row.get(1)?);
-                }
+            for w in &needs.workflows {
+                let (queued, running) = count
+                    .query_row(params![w.workflow, w.queued, w.running], |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })?;
+                found
+                    .counts
+                    .insert(w.workflow.clone(), Counts { queued, running });
             }
         }
         Ok(found)
@@ -217,20 +221,39 @@ pub(super) mod postgres {
         }
         if !needs.workflows.is_empty() {
             let rows = sqlx::query(
-                "SELECT k.w, c.status, c.n FROM UNNEST($1::text[]) AS k(w) \
-                 CROSS JOIN LATERAL (SELECT status, COUNT(*) AS n FROM runs \
-                 WHERE workflow_id = k.w AND status = ANY($2::text[]) GROUP BY status) AS c",
+                "SELECT k.w, \
+                 (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workflow_id = k.w \
+                  AND status = 'queued' LIMIT k.q) AS q), \
+                 (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workflow_id = k.w \
+                  AND status = ANY($4::text[]) LIMIT k.r) AS r) \
+                 FROM UNNEST($1::text[], $2::int8[], $3::int8[]) AS k(w, q, r)",
             )
-            .bind(&needs.workflows)
-            .bind(&ACTIVE[..])
+            .bind(
+                needs
+                    .workflows
+                    .iter()
+                    .map(|w| w.workflow.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(needs.workflows.iter().map(|w| w.queued).collect::<Vec<_>>())
+            .bind(
+                needs
+                    .workflows
+                    .iter()
+                    .map(|w| w.running)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(running_statuses())
             .fetch_all(&mut **txn)
             .await?;
-            for workflow in &needs.workflows {
-                found.counts.entry(workflow.clone()).or_default();
-            }
             for row in rows {
-                let status: String = row.try_get(1)?;
-                add_count(&mut found.counts, row.try_get(0)?, &status, row.try_get(2)?);
+                found.counts.insert(
+                    row.try_get(0)?,
+                    Counts {
+                        queued: row.try_get(1)?,
+                        running: row.try_get(2)?,
+                    },
+                );
             }
         }
         Ok(found)
@@ -391,30 +414,33 @@ pub(super) mod orm {
             };
             found.tats.insert(gate.clone(), tat);
         }
-        for workflow in &needs.workflows {
-            found.counts.entry(workflow.clone()).or_default();
-            let mut values: Vec<Value> = vec![workflow.clone().into()];
-            values.extend(ACTIVE.iter().map(|s| Value::from(*s)));
-            let marks = vec!["?"; ACTIVE.len()].join(", ");
-            let rows = txn
-                .query_all_raw(stmt(
+        for w in &needs.workflows {
+            let sql = format!(
+                "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workflow_id = ? \
+                 AND status = 'queued' LIMIT ?) AS q), (SELECT COUNT(*) FROM (SELECT 1 FROM runs \
+                 WHERE workflow_id = ? AND status IN ({}) LIMIT ?) AS r)",
+                running_list()
+            );
+            let row = txn
+                .query_one_raw(stmt(
                     txn,
-                    &format!(
-                        "SELECT status, COUNT(*) FROM runs WHERE workflow_id = ? AND status IN \
-                         ({marks}) GROUP BY status"
-                    ),
-                    values,
+                    &sql,
+                    vec![
+                        w.workflow.clone().into(),
+                        w.queued.into(),
+                        w.workflow.clone().into(),
+                        w.running.into(),
+                    ],
                 ))
                 .await?;
-            for row in rows {
-                let status: String = row.try_get_by_index(0)?;
-                add_count(
-                    &mut found.counts,
-                    workflow.clone(),
-                    &status,
-                    row.try_get_by_index(1)?,
-                );
-            }
+            let counts = match row {
+                Some(row) => Counts {
+                    queued: row.try_get_by_index(0)?,
+                    running: row.try_get_by_index(1)?,
+                },
+                None => Counts::default(),
+            };
+            found.counts.insert(w.workflow.clone(), counts);
         }
         Ok(found)
     }
