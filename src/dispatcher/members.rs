@@ -4,7 +4,7 @@
 //!
 //! Invariant: the newest member is the one with the greatest provider version where the
 //! adapter recorded one, else the latest arrival (intake ids are UUIDv7, ordered by arrival);
-//! the run's own delivery (`runs.intake_id`) is always the first member.
+//! the run's own delivery (`runs.intake_id`) is a member (intake writes its row with the run).
 
 use std::collections::HashMap;
 
@@ -60,15 +60,15 @@ pub async fn of<C: ConnectionTrait>(
         let Some(members) = joined.remove(&claim.run.id) else {
             continue;
         };
-        let mut ids = vec![claim.run.intake_id.clone()];
-        ids.extend(members.iter().map(|(id, _)| id.clone()));
-        // Arrival order first (UUIDv7); a provider version, where known, outranks arrival.
+        let mut ids: Vec<String> = members.iter().map(|(id, _)| id.clone()).collect();
+        if !ids.contains(&claim.run.intake_id) {
+            ids.insert(0, claim.run.intake_id.clone());
+        }
+        // A provider version, where known, outranks arrival order (UUIDv7 intake ids).
         let newest = members
             .iter()
-            .cloned()
-            .chain([(claim.run.intake_id.clone(), None)])
             .max_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
-            .map(|(id, _)| id)
+            .map(|(id, _)| id.clone())
             .unwrap_or_else(|| claim.run.intake_id.clone());
         found.insert(claim.run.id.clone(), Members { ids, newest });
     }

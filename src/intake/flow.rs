@@ -349,7 +349,7 @@ impl<'a> Gate<'a> {
             self.members.push(Member {
                 run_id: run_id.clone(),
                 intake_id: delivery.intake_id.to_string(),
-                version: None,
+                version: version_of(event),
                 joined_at: self.now,
             });
             return Admit::Join { run_id, due_at };
@@ -402,8 +402,9 @@ impl<'a> Gate<'a> {
         Ok(())
     }
 
-    /// Counts a run the batch created, and opens its window if its trigger coalesces.
-    pub fn routed(&mut self, run_id: &str, workflow: &str, event: &Event) {
+    /// Counts a run the batch created, and opens its window if its trigger coalesces (the
+    /// run's own delivery is its first member).
+    pub fn routed(&mut self, delivery: &Delivery, run_id: &str, workflow: &str, event: &Event) {
         if self.flow.is_empty() {
             return;
         }
@@ -411,6 +412,12 @@ impl<'a> Gate<'a> {
             counts.queued += 1;
         }
         if let Some(window) = self.flow.window(workflow, event) {
+            self.members.push(Member {
+                run_id: run_id.to_owned(),
+                intake_id: delivery.intake_id.to_string(),
+                version: version_of(event),
+                joined_at: self.now,
+            });
             self.new_due
                 .insert(run_id.to_owned(), window.due_at(self.now, self.now));
             self.windows.insert(
@@ -451,6 +458,21 @@ impl<'a> Gate<'a> {
             due: self.stored_due.into_iter().collect(),
         }
     }
+}
+
+/// The provider's own time of an event, where the adapter recorded one (a Zendesk event's
+/// `occurred_at`, a CloudEvent's `time`, else a ticket's `updated_at`), as fixed-width UTC
+/// with nanoseconds so versions order as text.
+fn version_of(event: &Event) -> Option<String> {
+    let text = ["occurred_at", "time", "updated_at"]
+        .iter()
+        .find_map(|key| event.payload.get(key)?.as_str())?;
+    let time = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+    Some(
+        time.with_timezone(&chrono::Utc)
+            .format("%Y-%m-%dT%H:%M:%S%.9fZ")
+            .to_string(),
+    )
 }
 
 /// Seconds a sender should wait before retrying at `retry_at` (at least 1).

@@ -110,6 +110,26 @@ async fn five_updates_in_the_quiet_window_make_one_run_dispatched_with_the_newes
         assert!(coalesced.iter().all(|r| r["run_id"] == run.as_str()));
         assert_eq!(daemon.runs(&format!("entity={entity}")).await.len(), 1);
 
+        // Where the provider says when an event happened, that orders the members, not
+        // arrival: a late-arriving older update does not become the dispatched one.
+        let reordered = unique("R");
+        let times = ["2026-01-05T10:05:00Z", "2026-01-05T10:01:00.5Z"];
+        for (n, time) in times.iter().enumerate() {
+            let mut event = update("ticket.updated", &reordered, n as u64);
+            event["payload"]["updated_at"] = json!(time);
+            let (_, answer) = daemon.post_event(&unique("r"), &event).await;
+            let expected = if n == 0 { "routed" } else { "coalesced" };
+            assert_eq!(answer["outcome"], expected, "{backend:?}: {answer}");
+        }
+        let claims = claim_when_due(&daemon, "updates").await;
+        assert_eq!(claims.len(), 1, "{backend:?}");
+        let event = &claims[0]["message"]["data"]["event"];
+        assert_eq!(event["target_entity_id"], reordered.as_str());
+        assert_eq!(
+            event["payload"]["n"], 0,
+            "{backend:?}: the provider's newest (10:05), though it arrived first"
+        );
+
         // After dispatch the entity is locked as before.
         let (_, locked) = daemon
             .post_event(&unique("late"), &update("ticket.updated", &entity, 9))
