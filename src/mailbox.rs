@@ -120,9 +120,11 @@ impl MailboxSink for Sink {
         if answer.outcome == switchyard_core::Outcome::RateLimited {
             // The mailbox is the queue: stop this poll; the cursor stayed before this message,
             // which is fetched and decided again by a later poll.
-            return Err(sink_error(CeilingReached(
-                answer.detail.unwrap_or_default(),
-            )));
+            let pause = std::time::Duration::from_secs(answer.retry_after.unwrap_or(1));
+            return Err(SinkError::paused(
+                CeilingReached(answer.detail.unwrap_or_default()),
+                pause,
+            ));
         }
         Ok(())
     }

@@ -437,3 +437,57 @@ async fn a_reload_starts_and_stops_mailbox_pollers() {
     );
     daemon.stop();
 }
+
+/// A source `rate` on a mailbox: past it the poller stops taking mail for that poll, leaves
+/// its cursor before the refused message and takes it later; the mailbox is the queue, so
+/// every message ends routed exactly once, and the mailbox never counts as failing.
+#[tokio::test]
+async fn a_rate_limited_mailbox_stops_the_poll_and_takes_the_mail_later() {
+    let Some(addr) = imap_server() else { return };
+    let _shared = SERVER.read().await;
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(db) = TestDb::create(backend).await else {
+            continue;
+        };
+        let (source, mailbox, mut client) = fresh_mailbox(&addr).await;
+        let text = format!(
+            "{}\n[rates.source]\n\"{source}\" = {{ limit = 2, per = \"8s\" }}\n",
+            email_config(&db, &addr, &source, &mailbox)
+        );
+        let daemon = start(&db, &text).await;
+        for n in 0..3 {
+            append(&mut client, &mailbox, &message("limited", n, "")).await;
+        }
+        // The third message is refused (recorded), then taken once the rate admits it.
+        let mut refused = false;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let rows = daemon.intake(&format!("source={source}&limit=1000")).await;
+            refused |= rows.iter().any(|r| r["outcome"] == "rate_limited");
+            let routed = rows.iter().filter(|r| r["outcome"] == "routed").count();
+            if routed == 3 {
+                assert_eq!(
+                    rows.len(),
+                    3,
+                    "{backend:?}: the refusal was replaced: {rows:#?}"
+                );
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{backend:?}: {rows:#?}\n{}",
+                daemon.logs()
+            );
+            let ready = daemon.get_status("/readyz").await;
+            assert_eq!(ready.0, reqwest::StatusCode::OK, "{backend:?}: {}", ready.1);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            refused,
+            "{backend:?}: the rate refused the third message at first"
+        );
+        assert!(daemon.logs().contains("stopped taking mail for this poll"));
+        daemon.stop();
+        db.drop_database().await;
+    }
+}

@@ -76,14 +76,49 @@ impl ParseError {
 
 /// A failure inside the daemon's [`crate::MailboxSink`] (usually: the store is down). The poller
 /// treats it like a lost connection: it reports it, backs off and retries from the cursor.
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct SinkError(Box<dyn std::error::Error + Send + Sync + 'static>);
+/// A [`SinkError::paused`] one is no failure: the daemon refused to take more mail for now (a
+/// ceiling), so the poller stops this poll and polls again after the pause, from the cursor.
+#[derive(Debug)]
+pub struct SinkError {
+    error: Box<dyn std::error::Error + Send + Sync + 'static>,
+    pause: Option<Duration>,
+}
 
 impl SinkError {
     /// Wraps the daemon's own error, keeping it as the source.
     pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
-        SinkError(error.into())
+        SinkError {
+            error: error.into(),
+            pause: None,
+        }
+    }
+
+    /// The daemon takes no more mail from this source for `pause`; not a failure.
+    pub fn paused(
+        error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+        pause: Duration,
+    ) -> Self {
+        SinkError {
+            error: error.into(),
+            pause: Some(pause),
+        }
+    }
+
+    /// How long the daemon asked the poller to wait, if this is a pause and not a failure.
+    pub fn pause(&self) -> Option<Duration> {
+        self.pause
+    }
+}
+
+impl std::fmt::Display for SinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for SinkError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
     }
 }
 

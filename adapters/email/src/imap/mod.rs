@@ -141,6 +141,19 @@ impl<S: MailboxSink> Poller<S> {
                     self.status.holds_lease = false;
                     self.report();
                 }
+                Err(SessionError::Sink(paused)) if paused.pause().is_some() => {
+                    // A ceiling, not a failure: the mail waits in the mailbox (the cursor did
+                    // not move past it) until the pause is over.
+                    let wait = paused
+                        .pause()
+                        .unwrap_or(self.options.backoff_initial)
+                        .clamp(Duration::from_millis(100), self.options.backoff_max);
+                    info!(source = %self.config.name, reason = %paused, retry_in = ?wait,
+                        "stopped taking mail for this poll");
+                    if sleep_or_shutdown(&mut self.shutdown, wait).await.is_err() {
+                        break;
+                    }
+                }
                 Err(error) => {
                     self.failed(&error);
                     let wait = self.backoff;
