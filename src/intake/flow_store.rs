@@ -14,7 +14,9 @@ use switchyard_router::entities::entity_lock;
 
 use super::flow::{Counts, Found, Needs, Window, Writes};
 
-/// The holders of the batch's leases (whose dispatch may be an open window).
+/// The holders of the batch's leases (whose dispatch may be an open window). Only a run
+/// created by a coalescing trigger is a window: its own delivery is its first `run_members`
+/// row, which the window lookups join on.
 fn holders(leases: &[entity_lock::Model], now: Millis) -> Vec<String> {
     let mut holders: Vec<String> = leases
         .iter()
@@ -112,7 +114,9 @@ pub(super) mod sqlite {
         }
         let mut select = txn.prepare_cached(
             "SELECT d.id, d.workflow_id, d.status, d.claimed_by, d.attempts, r.created_at \
-             FROM dispatches d JOIN runs r ON r.id = d.run_id WHERE d.run_id = ?1",
+             FROM dispatches d JOIN runs r ON r.id = d.run_id \
+             JOIN run_members m ON m.run_id = r.id AND m.intake_id = r.intake_id \
+             WHERE d.run_id = ?1",
         )?;
         for run_id in holders(leases, now) {
             let mut rows = select.query(params![run_id])?;
@@ -277,7 +281,8 @@ pub(super) mod postgres {
             "SELECT d.run_id, d.id, d.workflow_id, d.status, d.claimed_by, d.attempts, \
              r.created_at FROM UNNEST($1::text[]) AS k(run_id) \
              CROSS JOIN LATERAL (SELECT * FROM dispatches WHERE run_id = k.run_id \
-             LIMIT 1 FOR UPDATE) AS d JOIN runs r ON r.id = d.run_id",
+             LIMIT 1 FOR UPDATE) AS d JOIN runs r ON r.id = d.run_id \
+             JOIN run_members m ON m.run_id = r.id AND m.intake_id = r.intake_id",
         )
         .bind(&holders)
         .fetch_all(&mut **txn)
@@ -460,7 +465,9 @@ pub(super) mod orm {
                 .query_one_raw(stmt(
                     txn,
                     "SELECT d.id, d.workflow_id, d.status, d.claimed_by, d.attempts, r.created_at \
-                     FROM dispatches d JOIN runs r ON r.id = d.run_id WHERE d.run_id = ? \
+                     FROM dispatches d JOIN runs r ON r.id = d.run_id \
+                     JOIN run_members m ON m.run_id = r.id AND m.intake_id = r.intake_id \
+                     WHERE d.run_id = ? \
                      FOR UPDATE",
                     vec![run_id.clone().into()],
                 ))

@@ -17,6 +17,7 @@ tenant = "acme"
 status = "live"
 triggers = [
   { channel = "webhook", event_type = "ticket.updated", priority = 10, coalesce = { quiet = "2s", max_wait = "1m" } },
+  { channel = "webhook", event_type = "ticket.created", priority = 10 },
 ]
 
 [[workflow]]
@@ -129,6 +130,18 @@ async fn five_updates_in_the_quiet_window_make_one_run_dispatched_with_the_newes
             event["payload"]["n"], 0,
             "{backend:?}: the provider's newest (10:05), though it arrived first"
         );
+
+        // A run its trigger did not open as a window is joined by nothing: an update on a
+        // ticket whose run came from `ticket.created` finds it locked.
+        let created = unique("C");
+        let (_, first) = daemon
+            .post_event(&unique("c"), &update("ticket.created", &created, 0))
+            .await;
+        assert_eq!(first["outcome"], "routed", "{backend:?}: {first}");
+        let (_, next) = daemon
+            .post_event(&unique("c"), &update("ticket.updated", &created, 1))
+            .await;
+        assert_eq!(next["outcome"], "entity_locked", "{backend:?}: {next}");
 
         // After dispatch the entity is locked as before.
         let (_, locked) = daemon
