@@ -609,3 +609,87 @@ async fn two_daemons_on_one_postgresql_never_admit_more_than_a_ceiling() {
     b.stop();
     db.drop_database().await;
 }
+
+/// A push target under `max_running`: the dispatcher hands the worker no more than the ceiling,
+/// and each finish lets the oldest deferred run through.
+#[tokio::test]
+async fn max_running_holds_for_a_push_target() {
+    use std::sync::{Arc, Mutex};
+
+    use axum::Json;
+    use axum::extract::State;
+    use axum::routing::post as route_post;
+
+    type Received = Arc<Mutex<Vec<String>>>;
+    async fn worker(State(received): State<Received>, Json(message): Json<Value>) -> &'static str {
+        let run = message["data"]["run"]["id"]
+            .as_str()
+            .unwrap_or("?")
+            .to_owned();
+        received.lock().expect("lock").push(run);
+        "ok"
+    }
+    async fn wait_for(received: &Received, count: usize) -> Vec<String> {
+        for _ in 0..600 {
+            let now = received.lock().expect("lock").clone();
+            if now.len() >= count {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the worker did not receive {count} runs within 60 s");
+    }
+
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(db) = TestDb::create(backend).await else {
+            continue;
+        };
+        let received: Received = Arc::default();
+        let app = axum::Router::new()
+            .route("/runs", route_post(worker))
+            .with_state(received.clone());
+        let (addr, server) = super::harness::serve_local(app).await;
+        let setup = format!(
+            "[[target]]\nname = \"worker\"\nkind = \"http\"\nurl = \"http://{addr}/runs\"\n\
+             signing_secret_env = \"WORKER_SECRET\"\n\n[[workflow]]\nid = \"pushed\"\n\
+             tenant = \"acme\"\nstatus = \"live\"\ntarget = \"worker\"\nmax_running = 2\n\
+             triggers = [ {{ channel = \"webhook\", event_type = \"ticket.created\", priority = 1 }} ]\n"
+        );
+        let daemon = Daemon::start(
+            &db,
+            &config(&db, &setup),
+            &[("WORKER_SECRET", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD")],
+        )
+        .await;
+        let mut runs = Vec::new();
+        for _ in 0..5 {
+            runs.push(run_id(
+                &post(&daemon, "ticket.created", "acme", &unique("P")).await,
+            ));
+        }
+        assert_eq!(wait_for(&received, 2).await, runs[..2], "{backend:?}");
+        // Several dispatcher passes (every 250 ms) later, still only the ceiling's worth.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(received.lock().expect("lock").len(), 2, "{backend:?}");
+        assert_eq!(listed(&daemon, "pushed", "dispatched").await.len(), 2);
+        for (ended, next) in [(0, 2), (1, 3)] {
+            let (code, answer) = daemon.finish(&runs[ended], "completed").await;
+            assert_eq!(code, StatusCode::OK, "{backend:?}: {answer}");
+            let now = wait_for(&received, next + 1).await;
+            assert_eq!(now[next], runs[next], "{backend:?}: arrival order");
+        }
+        // Delivered runs are recorded `dispatched` just after the worker answers.
+        for _ in 0..600 {
+            let dispatched = listed(&daemon, "pushed", "dispatched").await.len();
+            assert!(dispatched <= 2, "{backend:?}: {dispatched} running");
+            if dispatched == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(listed(&daemon, "pushed", "dispatched").await.len(), 2);
+        daemon.stop();
+        server.abort();
+        db.drop_database().await;
+    }
+}
