@@ -329,16 +329,19 @@ pub(super) mod postgres {
         let (due_ids, due_at): (Vec<&str>, Vec<i64>) =
             writes.due.iter().map(|(d, t)| (d.as_str(), *t)).unzip();
         sqlx::query(
+            // Updates find their rows by primary key (`= ANY`), never by a join a generic
+            // plan could turn into a scan (see `postgres_batch`).
             "WITH gates AS ( \
-                UPDATE flow_gates g SET tat_us = v.tat, updated_at = $3 \
-                FROM UNNEST($1::text[], $2::int8[]) AS v(name, tat) WHERE g.name = v.name \
+                UPDATE flow_gates SET updated_at = $3, \
+                    tat_us = ($2::int8[])[array_position($1::text[], name::text)] \
+                WHERE name = ANY($1::text[]) \
              ), members AS ( \
                 INSERT INTO run_members (run_id, intake_id, version, joined_at) \
                 SELECT * FROM UNNEST($4::text[], $5::text[], $6::text[], $7::int8[]) \
              ) \
-             UPDATE dispatches d SET due_at = v.due_at, updated_at = $3 \
-             FROM UNNEST($8::text[], $9::int8[]) AS v(id, due_at) \
-             WHERE d.id = v.id AND d.status = 'pending' AND d.claimed_by IS NULL",
+             UPDATE dispatches SET updated_at = $3, \
+                due_at = ($9::int8[])[array_position($8::text[], id::text)] \
+             WHERE id = ANY($8::text[]) AND status = 'pending' AND claimed_by IS NULL",
         )
         .bind(gates)
         .bind(tats)
