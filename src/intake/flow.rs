@@ -481,3 +481,65 @@ pub fn retry_after(retry_at: Millis, now: Millis) -> u64 {
         .unwrap_or(1)
         .div_ceil(1_000)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use switchyard_core::{Channel, Event};
+
+    use super::*;
+
+    fn event(payload: serde_json::Value) -> Event {
+        Event {
+            channel: Channel::Webhook,
+            event_type: "ticket.updated".into(),
+            tenant_id: "acme".into(),
+            target_entity_id: "T-1".into(),
+            payload,
+            raw_ref: String::new(),
+        }
+    }
+
+    #[test]
+    fn provider_times_order_as_text_whatever_their_precision_or_zone() {
+        let times = [
+            "2026-01-05T10:01:00Z",
+            "2026-01-05T10:01:00.5Z",
+            "2026-01-05T11:01:00.6+01:00",
+            "2026-01-05T10:05:00.672717030Z",
+        ];
+        let versions: Vec<String> = times
+            .iter()
+            .map(|t| version_of(&event(json!({ "updated_at": t }))).expect("a time"))
+            .collect();
+        let mut sorted = versions.clone();
+        sorted.sort();
+        assert_eq!(versions, sorted, "chronological order is text order");
+        assert_eq!(versions[3], "2026-01-05T10:05:00.672717030Z");
+        // Zendesk's event time outranks the ticket's; no time, no version.
+        let both = event(
+            json!({"occurred_at": "2026-01-05T10:00:00Z", "updated_at": "2027-01-01T00:00:00Z"}),
+        );
+        assert_eq!(
+            version_of(&both).as_deref(),
+            Some("2026-01-05T10:00:00.000000000Z")
+        );
+        assert_eq!(version_of(&event(json!({"updated_at": "yesterday"}))), None);
+        assert_eq!(version_of(&event(json!({}))), None);
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds_and_is_at_least_one() {
+        assert_eq!(retry_after(10_000, 10_000), 1);
+        assert_eq!(retry_after(10_001, 10_000), 1);
+        assert_eq!(retry_after(11_001, 10_000), 2);
+        assert_eq!(retry_after(1_810_000, 10_000), 1_800);
+    }
+
+    #[test]
+    fn nothing_configured_needs_nothing() {
+        let flow = FlowConfig::default();
+        assert!(flow.is_empty());
+        assert!(Needs::of(&[], &[], &flow).is_empty());
+    }
+}
