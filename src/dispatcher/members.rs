@@ -4,12 +4,15 @@
 //!
 //! Invariant: the newest member is the one with the greatest provider version where the
 //! adapter recorded one, else the latest arrival (intake ids are UUIDv7, ordered by arrival);
-//! the run's own delivery (`runs.intake_id`) is a member (intake writes its row with the run).
+//! the run's own delivery (`runs.intake_id`) is the first member (its version is read from its
+//! ledger row; intake writes `run_members` rows only for the deliveries that joined).
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, DbErr, Statement, Value};
+use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Statement, Value};
 use switchyard_router::outbox::ClaimedRun;
+
+use crate::store::entities::intake;
 
 /// A coalesced run's members and the one whose event is dispatched.
 #[derive(Debug, Clone)]
@@ -56,14 +59,36 @@ pub async fn of<C: ConnectionTrait>(
             .or_default()
             .push((row.try_get_by_index(1)?, row.try_get_by_index(2)?));
     }
+    if joined.is_empty() {
+        return Ok(found);
+    }
+    let firsts: Vec<String> = claimed
+        .iter()
+        .filter(|c| joined.contains_key(&c.run.id))
+        .map(|c| c.run.intake_id.clone())
+        .collect();
+    let versions: HashMap<String, Option<String>> = intake::Entity::find()
+        .filter(intake::Column::Id.is_in(firsts))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|row| {
+            let version = row
+                .payload
+                .as_deref()
+                .and_then(|text| serde_json::from_str(text).ok())
+                .and_then(|payload: serde_json::Value| crate::intake::version_of(&payload));
+            (row.id, version)
+        })
+        .collect();
     for claim in claimed {
-        let Some(members) = joined.remove(&claim.run.id) else {
+        let Some(mut members) = joined.remove(&claim.run.id) else {
             continue;
         };
-        let mut ids: Vec<String> = members.iter().map(|(id, _)| id.clone()).collect();
-        if !ids.contains(&claim.run.intake_id) {
-            ids.insert(0, claim.run.intake_id.clone());
-        }
+        let first = claim.run.intake_id.clone();
+        let version = versions.get(&first).cloned().flatten();
+        members.insert(0, (first, version));
+        let ids: Vec<String> = members.iter().map(|(id, _)| id.clone()).collect();
         // A provider version, where known, outranks arrival order (UUIDv7 intake ids).
         let newest = members
             .iter()

@@ -204,7 +204,7 @@ pub(super) fn decide(
                         ..
                     } = &decision
                     {
-                        gate.routed(delivery, run_id, workflow_id, event);
+                        gate.routed(run_id, workflow_id, event);
                         if let Some(waits) = waits {
                             deferred = true;
                             fields.detail = Some(match fields.detail.take() {

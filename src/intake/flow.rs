@@ -349,7 +349,7 @@ impl<'a> Gate<'a> {
             self.members.push(Member {
                 run_id: run_id.clone(),
                 intake_id: delivery.intake_id.to_string(),
-                version: version_of(event),
+                version: version_of(&event.payload),
                 joined_at: self.now,
             });
             return Admit::Join { run_id, due_at };
@@ -402,9 +402,9 @@ impl<'a> Gate<'a> {
         Ok(())
     }
 
-    /// Counts a run the batch created, and opens its window if its trigger coalesces (the
-    /// run's own delivery is its first member).
-    pub fn routed(&mut self, delivery: &Delivery, run_id: &str, workflow: &str, event: &Event) {
+    /// Counts a run the batch created, and opens its window if its trigger coalesces (its
+    /// dispatch is then due after the creation: what marks a dispatch as a window).
+    pub fn routed(&mut self, run_id: &str, workflow: &str, event: &Event) {
         if self.flow.is_empty() {
             return;
         }
@@ -412,12 +412,6 @@ impl<'a> Gate<'a> {
             counts.queued += 1;
         }
         if let Some(window) = self.flow.window(workflow, event) {
-            self.members.push(Member {
-                run_id: run_id.to_owned(),
-                intake_id: delivery.intake_id.to_string(),
-                version: version_of(event),
-                joined_at: self.now,
-            });
             self.new_due
                 .insert(run_id.to_owned(), window.due_at(self.now, self.now));
             self.windows.insert(
@@ -463,10 +457,10 @@ impl<'a> Gate<'a> {
 /// The provider's own time of an event, where the adapter recorded one (a Zendesk event's
 /// `occurred_at`, a CloudEvent's `time`, else a ticket's `updated_at`), as fixed-width UTC
 /// with nanoseconds so versions order as text.
-fn version_of(event: &Event) -> Option<String> {
+pub fn version_of(payload: &serde_json::Value) -> Option<String> {
     let text = ["occurred_at", "time", "updated_at"]
         .iter()
-        .find_map(|key| event.payload.get(key)?.as_str())?;
+        .find_map(|key| payload.get(key)?.as_str())?;
     let time = chrono::DateTime::parse_from_rfc3339(text).ok()?;
     Some(
         time.with_timezone(&chrono::Utc)
@@ -510,7 +504,7 @@ mod tests {
         ];
         let versions: Vec<String> = times
             .iter()
-            .map(|t| version_of(&event(json!({ "updated_at": t }))).expect("a time"))
+            .map(|t| version_of(&json!({ "updated_at": t })).expect("a time"))
             .collect();
         let mut sorted = versions.clone();
         sorted.sort();
@@ -521,11 +515,11 @@ mod tests {
             json!({"occurred_at": "2026-01-05T10:00:00Z", "updated_at": "2027-01-01T00:00:00Z"}),
         );
         assert_eq!(
-            version_of(&both).as_deref(),
+            version_of(&both.payload).as_deref(),
             Some("2026-01-05T10:00:00.000000000Z")
         );
-        assert_eq!(version_of(&event(json!({"updated_at": "yesterday"}))), None);
-        assert_eq!(version_of(&event(json!({}))), None);
+        assert_eq!(version_of(&json!({"updated_at": "yesterday"})), None);
+        assert_eq!(version_of(&json!({})), None);
     }
 
     #[test]

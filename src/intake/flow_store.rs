@@ -14,9 +14,7 @@ use switchyard_router::entities::entity_lock;
 
 use super::flow::{Counts, Found, Needs, Window, Writes};
 
-/// The holders of the batch's leases (whose dispatch may be an open window). Only a run
-/// created by a coalescing trigger is a window: its own delivery is its first `run_members`
-/// row, which the window lookups join on.
+/// The holders of the batch's leases (whose dispatch may be an open window).
 fn holders(leases: &[entity_lock::Model], now: Millis) -> Vec<String> {
     let mut holders: Vec<String> = leases
         .iter()
@@ -41,25 +39,38 @@ fn running_list() -> String {
         .join(", ")
 }
 
+/// The columns of a holder's dispatch row the window lookups read, in this order.
+const WINDOW_COLUMNS: &str =
+    "d.id, d.workflow_id, d.status, d.claimed_by, d.attempts, d.series, d.due_at, d.created_at";
+
+/// A holder's dispatch row as a window.
+#[allow(clippy::too_many_arguments)]
 fn window(
     dispatch_id: String,
     workflow_id: String,
     status: &str,
     claimed_by: Option<String>,
     attempts: i32,
-    first_at: Millis,
+    series: i32,
+    due_at: Millis,
+    created_at: Millis,
 ) -> Window {
     Window {
         dispatch_id,
         workflow_id,
-        first_at,
-        // Never handed to anyone: no attempt yet and no claim in flight.
-        open: status == "pending" && claimed_by.is_none() && attempts == 0,
+        first_at: created_at,
+        // Never handed to anyone (no attempt, no claim in flight, first series), and opened
+        // as a window: only a coalescing trigger creates a dispatch due after its creation.
+        open: status == "pending"
+            && claimed_by.is_none()
+            && attempts == 0
+            && series == 1
+            && due_at > created_at,
     }
 }
 
 pub(super) mod sqlite {
-    use rusqlite::{Transaction, params};
+    use rusqlite::{OptionalExtension, Transaction, params};
 
     use super::*;
 
@@ -70,15 +81,19 @@ pub(super) mod sqlite {
             return Ok(found);
         }
         if !needs.gates.is_empty() {
-            let mut insert = txn.prepare_cached(
-                "INSERT INTO flow_gates (name, tat_us, updated_at) VALUES (?1, 0, ?2) \
-                 ON CONFLICT (name) DO NOTHING",
-            )?;
+            // `BEGIN IMMEDIATE` already serialises writers: a read is the lock.
             let mut select = txn.prepare_cached("SELECT tat_us FROM flow_gates WHERE name = ?1")?;
             for gate in &needs.gates {
-                insert.execute(params![gate, now])?;
-                let tat: i64 = select.query_row(params![gate], |row| row.get(0))?;
-                found.tats.insert(gate.clone(), tat);
+                let tat: Option<i64> = select
+                    .query_row(params![gate], |row| row.get(0))
+                    .optional()?;
+                if tat.is_none() {
+                    txn.prepare_cached(
+                        "INSERT INTO flow_gates (name, tat_us, updated_at) VALUES (?1, 0, ?2)",
+                    )?
+                    .execute(params![gate, now])?;
+                }
+                found.tats.insert(gate.clone(), tat.unwrap_or(0));
             }
         }
         if !needs.workflows.is_empty() {
@@ -112,12 +127,9 @@ pub(super) mod sqlite {
         if !needs.windows {
             return Ok(());
         }
-        let mut select = txn.prepare_cached(
-            "SELECT d.id, d.workflow_id, d.status, d.claimed_by, d.attempts, r.created_at \
-             FROM dispatches d JOIN runs r ON r.id = d.run_id \
-             JOIN run_members m ON m.run_id = r.id AND m.intake_id = r.intake_id \
-             WHERE d.run_id = ?1",
-        )?;
+        let mut select = txn.prepare_cached(&format!(
+            "SELECT {WINDOW_COLUMNS} FROM dispatches d WHERE d.run_id = ?1"
+        ))?;
         for run_id in holders(leases, now) {
             let mut rows = select.query(params![run_id])?;
             if let Some(row) = rows.next()? {
@@ -129,6 +141,8 @@ pub(super) mod sqlite {
                     row.get(3)?,
                     row.get(4)?,
                     row.get(5)?,
+                    row.get(6)?,
+                    row.get(7)?,
                 );
                 found.windows.insert(run_id, w);
             }
@@ -186,22 +200,42 @@ pub(super) mod sqlite {
 }
 
 pub(super) mod postgres {
+    //! Two statements at most before the batch's own lookup is decided: the gates (one
+    //! `SELECT ... FOR UPDATE`; an `INSERT` first only for a gate never used), then the counts
+    //! and windows together, after the batch's lookup (so after the gates are locked).
+
     use sea_orm::sqlx::{self, Postgres, Row, Transaction};
 
     use super::*;
 
     type Result<T> = std::result::Result<T, sqlx::Error>;
 
-    pub async fn look_up(
+    const LOCK_GATES: &str = "SELECT g.name, g.tat_us FROM UNNEST($1::text[]) AS k(name) \
+         CROSS JOIN LATERAL (SELECT name, tat_us FROM flow_gates WHERE name = k.name \
+         FOR UPDATE) AS g";
+
+    /// Locks the batch's gates (in name order) and reads their times.
+    pub async fn lock_gates(
         txn: &mut Transaction<'_, Postgres>,
         needs: &Needs,
         now: Millis,
     ) -> Result<Found> {
         let mut found = Found::default();
-        if needs.is_empty() {
+        if needs.gates.is_empty() {
             return Ok(found);
         }
-        if !needs.gates.is_empty() {
+        for attempt in 0..2 {
+            let rows = sqlx::query(LOCK_GATES)
+                .bind(&needs.gates)
+                .fetch_all(&mut **txn)
+                .await?;
+            for row in rows {
+                found.tats.insert(row.try_get(0)?, row.try_get(1)?);
+            }
+            if found.tats.len() == needs.gates.len() || attempt == 1 {
+                break;
+            }
+            // A gate never used before: create it, then lock it like the others.
             sqlx::query(
                 "INSERT INTO flow_gates (name, tat_us, updated_at) \
                  SELECT k, 0, $2 FROM UNNEST($1::text[]) AS k ORDER BY k \
@@ -211,93 +245,90 @@ pub(super) mod postgres {
             .bind(now)
             .execute(&mut **txn)
             .await?;
-            let rows = sqlx::query(
-                "SELECT g.name, g.tat_us FROM UNNEST($1::text[]) AS k(name) \
-                 CROSS JOIN LATERAL (SELECT name, tat_us FROM flow_gates \
-                 WHERE name = k.name FOR UPDATE) AS g ORDER BY g.name",
-            )
-            .bind(&needs.gates)
-            .fetch_all(&mut **txn)
-            .await?;
-            for row in rows {
-                found.tats.insert(row.try_get(0)?, row.try_get(1)?);
-            }
-        }
-        if !needs.workflows.is_empty() {
-            let rows = sqlx::query(
-                "SELECT k.w, \
-                 (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workflow_id = k.w \
-                  AND status = 'queued' LIMIT k.q) AS q), \
-                 (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workflow_id = k.w \
-                  AND status = ANY($4::text[]) LIMIT k.r) AS r) \
-                 FROM UNNEST($1::text[], $2::int8[], $3::int8[]) AS k(w, q, r)",
-            )
-            .bind(
-                needs
-                    .workflows
-                    .iter()
-                    .map(|w| w.workflow.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(needs.workflows.iter().map(|w| w.queued).collect::<Vec<_>>())
-            .bind(
-                needs
-                    .workflows
-                    .iter()
-                    .map(|w| w.running)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(running_statuses())
-            .fetch_all(&mut **txn)
-            .await?;
-            for row in rows {
-                found.counts.insert(
-                    row.try_get(0)?,
-                    Counts {
-                        queued: row.try_get(1)?,
-                        running: row.try_get(2)?,
-                    },
-                );
-            }
+            found.tats.clear();
         }
         Ok(found)
     }
 
-    pub async fn windows(
+    /// The workflows' counts (each up to its ceiling) and the holders' dispatch rows
+    /// (row-locked) as windows, in one statement.
+    pub async fn counts_and_windows(
         txn: &mut Transaction<'_, Postgres>,
         needs: &Needs,
         leases: &[entity_lock::Model],
         now: Millis,
         found: &mut Found,
     ) -> Result<()> {
-        if !needs.windows {
+        let holders = if needs.windows {
+            holders(leases, now)
+        } else {
+            Vec::new()
+        };
+        if needs.workflows.is_empty() && holders.is_empty() {
             return Ok(());
         }
-        let holders = holders(leases, now);
-        if holders.is_empty() {
-            return Ok(());
-        }
+        // The window columns are [`WINDOW_COLUMNS`].
         let rows = sqlx::query(
-            "SELECT d.run_id, d.id, d.workflow_id, d.status, d.claimed_by, d.attempts, \
-             r.created_at FROM UNNEST($1::text[]) AS k(run_id) \
-             CROSS JOIN LATERAL (SELECT * FROM dispatches WHERE run_id = k.run_id \
-             LIMIT 1 FOR UPDATE) AS d JOIN runs r ON r.id = d.run_id \
-             JOIN run_members m ON m.run_id = r.id AND m.intake_id = r.intake_id",
+            "WITH windows AS ( \
+                SELECT d.run_id AS holder, d.id, d.workflow_id, d.status, d.claimed_by, \
+                d.attempts, d.series, d.due_at, d.created_at FROM UNNEST($5::text[]) AS k(run_id) \
+                CROSS JOIN LATERAL (SELECT * FROM dispatches WHERE run_id = k.run_id \
+                LIMIT 1 FOR UPDATE) AS d \
+             ) \
+             SELECT 'count', k.w, NULL::text, NULL::text, NULL::text, NULL::text, NULL::int4, \
+                NULL::int4, NULL::int8, NULL::int8, \
+                (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workflow_id = k.w \
+                 AND status = 'queued' LIMIT k.q) AS q), \
+                (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workflow_id = k.w \
+                 AND status = ANY($4::text[]) LIMIT k.r) AS r) \
+             FROM UNNEST($1::text[], $2::int8[], $3::int8[]) AS k(w, q, r) \
+             UNION ALL \
+             SELECT 'window', holder, id, workflow_id, status, claimed_by, attempts, series, \
+                due_at, created_at, NULL::int8, NULL::int8 FROM windows",
         )
+        .bind(
+            needs
+                .workflows
+                .iter()
+                .map(|w| w.workflow.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(needs.workflows.iter().map(|w| w.queued).collect::<Vec<_>>())
+        .bind(
+            needs
+                .workflows
+                .iter()
+                .map(|w| w.running)
+                .collect::<Vec<_>>(),
+        )
+        .bind(running_statuses())
         .bind(&holders)
         .fetch_all(&mut **txn)
         .await?;
         for row in rows {
-            let status: String = row.try_get(3)?;
+            let kind: &str = row.try_get(0)?;
+            if kind == "count" {
+                found.counts.insert(
+                    row.try_get(1)?,
+                    Counts {
+                        queued: row.try_get(10)?,
+                        running: row.try_get(11)?,
+                    },
+                );
+                continue;
+            }
+            let status: String = row.try_get(4)?;
             let w = window(
-                row.try_get(1)?,
                 row.try_get(2)?,
+                row.try_get(3)?,
                 &status,
-                row.try_get(4)?,
                 row.try_get(5)?,
                 row.try_get(6)?,
+                row.try_get(7)?,
+                row.try_get(8)?,
+                row.try_get(9)?,
             );
-            found.windows.insert(row.try_get(0)?, w);
+            found.windows.insert(row.try_get(1)?, w);
         }
         Ok(())
     }
@@ -467,11 +498,9 @@ pub(super) mod orm {
             let row = txn
                 .query_one_raw(stmt(
                     txn,
-                    "SELECT d.id, d.workflow_id, d.status, d.claimed_by, d.attempts, r.created_at \
-                     FROM dispatches d JOIN runs r ON r.id = d.run_id \
-                     JOIN run_members m ON m.run_id = r.id AND m.intake_id = r.intake_id \
-                     WHERE d.run_id = ? \
-                     FOR UPDATE",
+                    &format!(
+                        "SELECT {WINDOW_COLUMNS} FROM dispatches d WHERE d.run_id = ? FOR UPDATE"
+                    ),
                     vec![run_id.clone().into()],
                 ))
                 .await?;
@@ -484,6 +513,8 @@ pub(super) mod orm {
                     row.try_get_by_index(3)?,
                     row.try_get_by_index(4)?,
                     row.try_get_by_index(5)?,
+                    row.try_get_by_index(6)?,
+                    row.try_get_by_index(7)?,
                 );
                 found.windows.insert(run_id, w);
             }

@@ -76,12 +76,12 @@ async fn commit_batch(
     let now = now_millis();
     let mut txn = conn.begin_with(BEGIN).await.map_err(db_err)?;
     let lookups = Lookups::needed(deliveries, live);
-    let flow = flow_store::look_up(&mut txn, &lookups.flow, now)
+    let flow = flow_store::lock_gates(&mut txn, &lookups.flow, now)
         .await
         .map_err(db_err)?;
     let mut found = look_up(&mut txn, &lookups).await?;
     found.flow = flow;
-    flow_store::windows(&mut txn, &lookups.flow, &found.leases, now, &mut found.flow)
+    flow_store::counts_and_windows(&mut txn, &lookups.flow, &found.leases, now, &mut found.flow)
         .await
         .map_err(db_err)?;
     let mut decided = decide::decide(deliveries, lookups, found, live, now);
