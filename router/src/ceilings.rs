@@ -12,14 +12,9 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, PaginatorTrait, QueryFilter,
-    Statement,
-};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 
 use crate::Millis;
-use crate::entities::dispatch::{self, DispatchStatus};
-use crate::entities::run;
 
 /// A workflow's `max_running`, and the target its dispatches go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,29 +68,55 @@ pub async fn lock_gate<C: ConnectionTrait>(txn: &C, name: &str, now: Millis) -> 
     Ok(())
 }
 
-/// How many runs of `workflow_id` hold a slot at `now` (see the module's invariant).
+/// How many runs of `workflow_id` hold a slot at `now` (see the module's invariant). One
+/// statement, so one snapshot: an attempt recorded meanwhile (its dispatch no longer in
+/// flight, its run now dispatched) is counted once, never zero times.
 pub async fn running<C: ConnectionTrait>(
     txn: &C,
     workflow_id: &str,
     target: &str,
     now: Millis,
 ) -> Result<u64, DbErr> {
-    let dispatched = run::Entity::find()
-        .filter(run::Column::WorkflowId.eq(workflow_id))
-        .filter(run::Column::Status.is_in(running_statuses()))
-        .count(txn)
-        .await?;
+    let backend = txn.get_database_backend();
+    let statuses: Vec<String> = running_statuses()
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect();
+    let statuses = statuses.join(", ");
     // A push claim in flight: its run is still `queued` until the attempt is recorded.
-    let in_flight = dispatch::Entity::find()
-        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
-        .filter(dispatch::Column::Target.eq(target))
-        .filter(dispatch::Column::DueAt.gt(now))
-        .filter(dispatch::Column::WorkflowId.eq(workflow_id))
-        .filter(dispatch::Column::ClaimedBy.is_not_null())
-        .filter(dispatch::Column::ClaimedBy.ne(crate::outbox::PULL_CLAIMANT))
-        .count(txn)
+    let (sql, values): (String, Vec<sea_orm::Value>) = match backend {
+        DbBackend::Postgres => (
+            format!(
+                "SELECT (SELECT COUNT(*) FROM runs WHERE workflow_id = $1 AND status IN \
+                 ({statuses})) + (SELECT COUNT(*) FROM dispatches WHERE status = 'pending' \
+                 AND target = $2 AND due_at > $3 AND workflow_id = $1 \
+                 AND claimed_by IS NOT NULL AND claimed_by <> 'pull') AS running"
+            ),
+            vec![workflow_id.into(), target.into(), now.into()],
+        ),
+        _ => (
+            format!(
+                "SELECT (SELECT COUNT(*) FROM runs WHERE workflow_id = ? AND status IN \
+                 ({statuses})) + (SELECT COUNT(*) FROM dispatches WHERE status = 'pending' \
+                 AND target = ? AND due_at > ? AND workflow_id = ? \
+                 AND claimed_by IS NOT NULL AND claimed_by <> 'pull') AS running"
+            ),
+            vec![
+                workflow_id.into(),
+                target.into(),
+                now.into(),
+                workflow_id.into(),
+            ],
+        ),
+    };
+    let row = txn
+        .query_one_raw(Statement::from_sql_and_values(backend, sql, values))
         .await?;
-    Ok(dispatched + in_flight)
+    let running: i64 = match row {
+        Some(row) => row.try_get_by_index(0)?,
+        None => 0,
+    };
+    Ok(u64::try_from(running).unwrap_or(0))
 }
 
 /// Locks each capped workflow's running gate (in name order) and counts its running runs:

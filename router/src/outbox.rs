@@ -44,6 +44,9 @@ async fn lock_due<C: ConnectionTrait>(
         .filter(dispatch::Column::DueAt.lte(now))
         .filter(filter)
         .order_by_asc(dispatch::Column::DueAt)
+        // Ties (the runs of one intake batch are due at the same millisecond) in creation
+        // order: dispatch ids are UUIDv7.
+        .order_by_asc(dispatch::Column::Id)
         .limit(limit)
         .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
         .all(txn)

@@ -309,16 +309,18 @@ impl<'a> Gate<'a> {
                     if let Some(max) = ceiling.max_queued
                         && counts.queued >= i64::from(max)
                     {
+                        // A queue drains as the dispatcher hands runs out; a second is the
+                        // soonest a retry could find room.
+                        let retry_at = self.now + 1_000;
                         return Admit::Refuse {
                             detail: format!(
                                 "ceiling `max_queued` of workflow `{workflow}` reached: {} runs \
-                                 wait for dispatch (max_queued = {max}); retry once they are \
-                                 dispatched",
-                                counts.queued
+                                 wait for dispatch (max_queued = {max}); a retry is admitted \
+                                 once one is dispatched, at the soonest from {}",
+                                counts.queued,
+                                switchyard_router::millis_rfc3339(retry_at)
                             ),
-                            // A queue drains as the dispatcher hands runs out; a second is
-                            // the soonest a retry could find room.
-                            retry_at: self.now + 1_000,
+                            retry_at,
                         };
                     }
                     if let Some(max) = ceiling.max_running
