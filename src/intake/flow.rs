@@ -37,8 +37,9 @@ pub struct FlowConfig {
     pub ceilings: HashMap<String, Ceiling>,
     source_rates: HashMap<String, Rate>,
     tenant_rates: HashMap<String, Rate>,
-    /// `(workflow, channel, event_type)` -> the trigger's window.
-    coalesce: HashMap<(String, Channel, String), Coalesce>,
+    /// Workflow -> `(channel, event_type, window)` of its coalescing triggers (looked up by
+    /// `&str`, so without allocating).
+    coalesce: HashMap<String, Vec<(Channel, String, Coalesce)>>,
 }
 
 impl FlowConfig {
@@ -60,9 +61,13 @@ impl FlowConfig {
             }
             for trigger in &workflow.triggers {
                 if let (Some(window), Ok(channel)) = (trigger.coalesce, trigger.channel.parse()) {
-                    flow.coalesce
-                        .entry((workflow.id.clone(), channel, trigger.event_type.clone()))
-                        .or_insert(window);
+                    let windows = flow.coalesce.entry(workflow.id.clone()).or_default();
+                    if !windows
+                        .iter()
+                        .any(|(c, t, _)| *c == channel && *t == trigger.event_type)
+                    {
+                        windows.push((channel, trigger.event_type.clone(), window));
+                    }
                 }
             }
         }
@@ -86,8 +91,12 @@ impl FlowConfig {
             return None;
         }
         self.coalesce
-            .get(&(workflow.to_owned(), event.channel, event.event_type.clone()))
-            .copied()
+            .get(workflow)?
+            .iter()
+            .find(|(channel, event_type, _)| {
+                *channel == event.channel && *event_type == event.event_type
+            })
+            .map(|(_, _, window)| *window)
     }
 }
 
