@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use super::harness::{Backend, Daemon, TestDb, binary, config, event};
+use super::harness::{Backend, Daemon, PRINCIPALS, TestDb, binary, config, event};
 use super::spine::WORKED_EXAMPLE;
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
@@ -55,7 +55,7 @@ fn check_refuses_typos_naming_the_line_and_unset_secrets() {
         "{out}"
     );
 
-    std::fs::write(&path, WORKED_EXAMPLE).expect("write");
+    std::fs::write(&path, format!("{PRINCIPALS}{WORKED_EXAMPLE}")).expect("write");
     let (ok, out) = run(
         &["check", "--config", path.to_str().unwrap_or_default()],
         &[],
@@ -64,7 +64,7 @@ fn check_refuses_typos_naming_the_line_and_unset_secrets() {
     assert!(out.contains("SWITCHYARD_API_TOKEN"), "{out}");
 
     let duplicate = format!(
-        "{WORKED_EXAMPLE}\n[[workflow]]\nid = \"triage\"\ntenant = \"x\"\nstatus = \"draft\"\ntriggers = []\n"
+        "{PRINCIPALS}{WORKED_EXAMPLE}\n[[workflow]]\nid = \"triage\"\ntenant = \"x\"\nstatus = \"draft\"\ntriggers = []\n"
     );
     std::fs::write(&path, duplicate).expect("write");
     let (ok, out) = run(
@@ -85,16 +85,24 @@ fn check_warns_about_ties_and_triggers_no_source_produces() {
     std::fs::write(
         &path,
         r#"
+[[principal]]
+id = "acme-agent"
+tenant = "acme"
+kind = "service"
+status = "active"
+
 [[workflow]]
 id = "b"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "chat", event_type = "x", priority = 7 } ]
 
 [[workflow]]
 id = "a"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "chat", event_type = "x", priority = 7 }, { channel = "slack", event_type = "message", priority = 1 } ]
 "#,
     )
