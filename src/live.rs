@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use switchyard_core::Workflow;
 use switchyard_router::TriggerIndex;
 
+use crate::authority::Authority;
 use crate::config::{BUILTIN_PULL, ResolvedSource, ResolvedTarget, Settings};
 
 /// One config revision, ready to serve.
@@ -15,6 +16,8 @@ pub struct Live {
     pub settings: Settings,
     pub index: TriggerIndex,
     pub workflows: Vec<Workflow>,
+    /// The principals workflows run as, and the check made at routing and dispatch.
+    pub authority: Authority,
     /// Sources by (kind, name).
     sources: HashMap<(&'static str, String), ResolvedSource>,
     /// Each workflow's target name.
@@ -25,6 +28,7 @@ impl Live {
     pub fn new(settings: Settings) -> Self {
         let workflows = settings.loaded.workflows();
         let index = TriggerIndex::build(settings.loaded.revision.clone(), &workflows);
+        let authority = Authority::new(&settings.loaded.config);
         let sources = settings
             .loaded
             .config
@@ -47,6 +51,7 @@ impl Live {
             settings,
             index,
             workflows,
+            authority,
             sources,
             targets_by_workflow,
         }

@@ -5,6 +5,7 @@ mod e2e {
     pub mod harness;
 
     mod access;
+    mod authority;
     mod browser;
     mod chaos;
     mod cli;

@@ -43,6 +43,7 @@ pub fn check(path: &Path) -> bool {
 /// The warnings (and unset secrets, which `serve` would refuse) of a parsed config.
 pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Report {
     let mut report = Report::default();
+    report.errors.extend(loaded.capability_gaps.iter().cloned());
     let config = &loaded.config;
     let workflows = loaded.workflows();
 

@@ -238,6 +238,9 @@ pub struct LoadedConfig {
     /// First 16 hex digits of the file's SHA-256: the same file gives the same revision on
     /// every replica.
     pub revision: String,
+    /// Live workflows whose principal lacks a required capability: errors for `check`,
+    /// degraded workflows for a running daemon (`principals::capability_gaps`).
+    pub capability_gaps: Vec<String>,
 }
 
 impl LoadedConfig {
@@ -262,11 +265,14 @@ impl LoadedConfig {
         })?;
         config.validate(text)?;
         let revision = hex::encode(&Sha256::digest(text.as_bytes())[..8]);
+        let capability_gaps =
+            principals::capability_gaps(&config.principals, &config.workflows, text);
         Ok(Self {
             config,
             path: path.to_owned(),
             base_dir,
             revision,
+            capability_gaps,
         })
     }
 

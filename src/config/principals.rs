@@ -100,8 +100,11 @@ impl PrincipalConfig {
     }
 }
 
-/// Everything wrong with the principals and the workflows' `run_as`/`requires`, each naming the
-/// principal or workflow (and the line of `run_as` when there is one); `text` is the file.
+/// Everything that makes the file unusable about the principals and the workflows' `run_as`,
+/// each naming the principal or workflow (and the line of `run_as` when there is one); `text`
+/// is the file. Missing capabilities are [`capability_gaps`]: an error for `switchyard check`,
+/// but a running daemon takes such a file (the revoked capability must stop runs, not keep the
+/// old revision and its broader authority in force) and degrades the workflow.
 pub fn problems(
     principals: &[PrincipalConfig],
     workflows: &[WorkflowConfig],
@@ -158,26 +161,44 @@ pub fn problems(
                 workflow.tenant, principal.id, principal.tenant
             ));
         }
+    }
+    problems
+}
+
+/// Each live workflow whose principal lacks a capability it `requires`, naming the workflow, the
+/// capabilities and the line of `run_as`.
+pub fn capability_gaps(
+    principals: &[PrincipalConfig],
+    workflows: &[WorkflowConfig],
+    text: &str,
+) -> Vec<String> {
+    let mut gaps = Vec::new();
+    for workflow in workflows {
+        let Some(run_as) = &workflow.run_as else {
+            continue;
+        };
+        let Some(principal) = principals.iter().find(|p| &p.id == run_as.get_ref()) else {
+            continue;
+        };
         let held: BTreeSet<&str> = principal.capabilities.iter().map(String::as_str).collect();
-        let missing: Vec<&str> = workflow
+        let missing: Vec<String> = workflow
             .requires
             .iter()
-            .map(String::as_str)
-            .filter(|c| !held.contains(c))
+            .filter(|c| !held.contains(c.as_str()))
+            .map(|c| format!("`{c}`"))
             .collect();
         if !missing.is_empty() {
-            problems.push(format!(
-                "workflow `{id}` requires {} that principal `{}` does not hold{line}",
-                missing
-                    .iter()
-                    .map(|c| format!("`{c}`"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                principal.id
+            gaps.push(format!(
+                "workflow `{}` requires {} that principal `{}` does not hold (line {}): it will \
+                 not start runs",
+                workflow.id,
+                missing.join(", "),
+                principal.id,
+                line_at(text, run_as.span().start)
             ));
         }
     }
-    problems
+    gaps
 }
 
 /// The 1-based line of byte `offset` in `text`.

@@ -479,11 +479,6 @@ fn live_workflows_need_a_principal_of_their_tenant_with_the_capabilities() {
             &["runs as principal `other` of tenant `globex` (line 19)"][..],
         ),
         (
-            "run_as = \"bot\"\nrequires = [\"ticket:write\", \"ticket:delete\"]\n",
-            &["workflow `w` requires `ticket:delete` that principal `bot` does not hold (line 19)"]
-                [..],
-        ),
-        (
             "run_as = \"bot\"\ndeadline = \"0s\"\nbudgets = { steps = -1, max_attempts = 1.5 }\n",
             &[
                 "`deadline` must be longer than 0s",
@@ -497,6 +492,20 @@ fn live_workflows_need_a_principal_of_their_tenant_with_the_capabilities() {
             assert!(error.contains(needle), "{extra}: {error}");
         }
     }
+    // A missing capability loads (a running daemon degrades the workflow) but `check` says so.
+    let loaded = parse_alone(&workflow(
+        "run_as = \"bot\"\nrequires = [\"ticket:write\", \"ticket:delete\"]\n",
+    ))
+    .expect("loads");
+    assert_eq!(
+        loaded.capability_gaps,
+        [
+            "workflow `w` requires `ticket:delete` that principal `bot` does not hold (line 19): it \
+          will not start runs"
+        ]
+    );
+    let report = crate::commands::check::review(&loaded, &env);
+    assert_eq!(report.errors, loaded.capability_gaps);
     // A draft may leave `run_as` out.
     parse_alone(&workflow("").replace("\"live\"", "\"draft\"")).expect("a draft without run_as");
     let bad_time = principals.replace("2030-01-01T00:00:00Z", "\"next tuesday\"");

@@ -34,6 +34,10 @@ struct Row {
     target: String,
     triggers: Vec<String>,
     lock_ttl: String,
+    /// The principal it runs as (in the revision in force; empty for past revisions).
+    run_as: String,
+    /// Why it starts no runs now (revision in force only): `authority_unavailable`'s reason.
+    degraded: Option<String>,
     /// (outcome, count) over the last 24 hours.
     outcomes: Vec<(String, i64)>,
 }
@@ -86,10 +90,27 @@ async fn page(
         .content
         .clone()
         .visible_to(|t| viewer.principal.sees(t));
+    let in_force = revision.in_force_until.is_none() && revision.hash == live.revision();
+    let degraded = live.authority.degraded(now_millis());
     let rows = content
         .workflows
         .iter()
         .map(|w| Row {
+            run_as: if in_force {
+                live.authority
+                    .run_as(&w.workflow.id)
+                    .map(|p| format!("{} ({})", p.id, p.kind.as_str()))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            },
+            degraded: in_force
+                .then(|| {
+                    degraded
+                        .get(w.workflow.id.as_str())
+                        .map(ToString::to_string)
+                })
+                .flatten(),
             id: w.workflow.id.clone(),
             tenant: w.workflow.tenant_id.clone(),
             status: w.workflow.status.as_str().to_owned(),

@@ -1,0 +1,296 @@
+//! Principals end to end: a workflow whose principal is suspended, expired or lacks a capability
+//! starts nothing (`authority_unavailable`, the workflow degraded) until a reload restores it;
+//! a run whose principal is suspended before it is delivered is cancelled (`authority_revoked`)
+//! and never reaches its worker; tenancy comes only from the verified source.
+
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use switchyard_webhook::{SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
+
+use super::harness::{Daemon, TestDb, config, event, run_id, unique};
+
+/// Four principals of acme (one per way of refusing, and a fine one) and one of globex; one
+/// workflow on each.
+fn setup(bot_status: &str) -> String {
+    format!(
+        r#"
+[[principal]]
+id = "bot"
+tenant = "acme"
+kind = "service"
+status = "{bot_status}"
+capabilities = ["ticket:write"]
+
+[[principal]]
+id = "lapsed"
+tenant = "acme"
+kind = "delegated"
+status = "active"
+valid_until = 2020-01-01T00:00:00Z
+capabilities = ["ticket:write"]
+
+[[principal]]
+id = "reader"
+tenant = "acme"
+kind = "service"
+status = "active"
+capabilities = ["ticket:read"]
+
+[[workflow]]
+id = "triage"
+tenant = "acme"
+status = "live"
+run_as = "bot"
+requires = ["ticket:write"]
+triggers = [ {{ channel = "webhook", event_type = "ticket.created", priority = 10 }} ]
+
+[[workflow]]
+id = "fallback"
+tenant = "acme"
+status = "live"
+run_as = "acme-agent"
+triggers = [ {{ channel = "webhook", event_type = "ticket.created", priority = 1 }} ]
+
+[[workflow]]
+id = "escalate"
+tenant = "acme"
+status = "live"
+run_as = "lapsed"
+requires = ["ticket:write"]
+triggers = [ {{ channel = "webhook", event_type = "ticket.escalated", priority = 10 }} ]
+
+[[workflow]]
+id = "closer"
+tenant = "acme"
+status = "live"
+run_as = "reader"
+requires = ["ticket:write"]
+triggers = [ {{ channel = "webhook", event_type = "ticket.solved", priority = 10 }} ]
+"#
+    )
+}
+
+/// Waits (generously) until `check` holds for the daemon's answer to `GET path`.
+pub async fn wait_until(
+    daemon: &Daemon,
+    path: &str,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = daemon.get_status(path).await;
+        if check(&body) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: last {path}: {body}\n{}",
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn workflow<'a>(workflows: &'a Value, id: &str) -> &'a Value {
+    workflows["workflows"]
+        .as_array()
+        .and_then(|all| all.iter().find(|w| w["id"] == id))
+        .unwrap_or_else(|| panic!("no workflow {id} in {workflows}"))
+}
+
+#[tokio::test]
+async fn refused_principals_start_nothing_and_a_reload_to_active_routes_again() {
+    for db in TestDb::all().await {
+        let text = config(&db, &setup("suspended"));
+        let daemon = Daemon::start(&db, &text, &[]).await;
+        let backend = db.backend;
+
+        // Suspended: the winner is not started and the lower-priority fallback is not tried.
+        let ticket = unique("T");
+        let (status, answer) = daemon
+            .post_event(
+                &unique("d"),
+                &event("webhook", "ticket.created", "acme", &ticket),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{backend:?}: {answer}");
+        assert_eq!(answer["outcome"], "authority_unavailable", "{answer}");
+        assert_eq!(answer["workflow_id"], "triage", "{answer}");
+        assert!(answer.get("run_id").is_none(), "{answer}");
+        let detail = answer["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("principal `bot` is suspended"),
+            "{backend:?}: {detail}"
+        );
+        // Expired and lacking a capability.
+        let (_, expired) = daemon
+            .post_event(
+                &unique("d"),
+                &event("webhook", "ticket.escalated", "acme", &unique("T")),
+            )
+            .await;
+        assert_eq!(expired["outcome"], "authority_unavailable", "{expired}");
+        assert!(
+            expired["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("principal `lapsed` expired at 2020-01-01T00:00:00"),
+            "{expired}"
+        );
+        let (_, incapable) = daemon
+            .post_event(
+                &unique("d"),
+                &event("webhook", "ticket.solved", "acme", &unique("T")),
+            )
+            .await;
+        assert_eq!(incapable["outcome"], "authority_unavailable", "{incapable}");
+        assert!(
+            incapable["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("principal `reader` lacks `ticket:write`"),
+            "{incapable}"
+        );
+        // Recorded on the ledger, no run, no lock.
+        let ledger = daemon.intake("outcome=authority_unavailable").await;
+        assert_eq!(ledger.len(), 3, "{backend:?}: {ledger:?}");
+        assert!(daemon.runs("").await.is_empty(), "{backend:?}: no run");
+        let locks = daemon.get("/v1/locks").await;
+        assert_eq!(locks["locks"], json!([]), "{locks}");
+
+        // Degraded, never just "live": /v1/workflows, /readyz and the console.
+        let workflows = daemon.get("/v1/workflows").await;
+        for (id, reason) in [
+            ("triage", "suspended"),
+            ("escalate", "expired"),
+            ("closer", "missing_capability"),
+        ] {
+            let w = workflow(&workflows, id);
+            assert_eq!(w["degraded"]["reason"], reason, "{w}");
+            assert_eq!(w["degraded"]["outcome"], "authority_unavailable", "{w}");
+        }
+        assert!(workflow(&workflows, "fallback").get("degraded").is_none());
+        assert_eq!(workflow(&workflows, "triage")["run_as"], "bot");
+        let (_, ready) = daemon.get_status("/readyz").await;
+        let degraded: Vec<&str> = ready["degraded_workflows"]
+            .as_array()
+            .map(|all| {
+                all.iter()
+                    .filter_map(|w| w["workflow_id"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(degraded, ["closer", "escalate", "triage"], "{ready}");
+
+        // Reload with the principal active: the next event routes to triage.
+        let revision = workflows["config_revision"].clone();
+        daemon.reload(&config(&db, &setup("active")));
+        wait_until(&daemon, "/v1/workflows", "reload", |w| {
+            w["config_revision"] != revision
+        })
+        .await;
+        let (_, routed) = daemon
+            .post_event(
+                &unique("d"),
+                &event("webhook", "ticket.created", "acme", &ticket),
+            )
+            .await;
+        assert_eq!(routed["outcome"], "routed", "{backend:?}: {routed}");
+        assert_eq!(routed["workflow_id"], "triage", "{routed}");
+        let workflows = daemon.get("/v1/workflows").await;
+        assert!(workflow(&workflows, "triage").get("degraded").is_none());
+        daemon.stop();
+        db.drop_database().await;
+    }
+}
+
+const WEBHOOK_SECRET: &str = "acme-zendesk-secret";
+
+/// A Zendesk-shaped source of acme, and workflows of globex (with its principal) on the very
+/// events acme's tickets produce.
+const TENANCY: &str = r#"
+[[source]]
+kind = "webhook"
+name = "zendesk-acme"
+tenant = "acme"
+signing_secret_env = "ZENDESK_ACME_SECRET"
+account_id = 22129848
+
+[[principal]]
+id = "globex-admin"
+tenant = "globex"
+kind = "service"
+status = "active"
+capabilities = ["ticket:write", "ticket:delete"]
+
+[[workflow]]
+id = "globex-triage"
+tenant = "globex"
+status = "live"
+run_as = "globex-admin"
+requires = ["ticket:delete"]
+triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 1000 } ]
+
+[[workflow]]
+id = "acme-triage"
+tenant = "acme"
+status = "live"
+run_as = "acme-agent"
+triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 1 } ]
+"#;
+
+/// A payload that names another tenant (in every field a careless adapter might read) still
+/// belongs to the source's tenant: it never reaches globex's workflow or its principal.
+#[tokio::test]
+async fn a_payload_naming_another_tenant_never_reaches_its_workflows_or_principals() {
+    for db in TestDb::all().await {
+        let daemon = Daemon::start(
+            &db,
+            &config(&db, TENANCY),
+            &[("ZENDESK_ACME_SECRET", WEBHOOK_SECRET)],
+        )
+        .await;
+        let mut body: Value = serde_json::from_str(include_str!(
+            "../../adapters/webhook/tests/fixtures/ticket_created.json"
+        ))
+        .expect("fixture");
+        let ticket = unique("5");
+        body["id"] = json!(unique("evt"));
+        body["detail"]["id"] = json!(ticket);
+        body["subject"] = json!(format!("zen:ticket:{ticket}"));
+        body["tenant_id"] = json!("globex");
+        body["tenant"] = json!("globex");
+        body["detail"]["tenant_id"] = json!("globex");
+        body["detail"]["principal"] = json!("globex-admin");
+        body["run_as"] = json!("globex-admin");
+        let bytes = serde_json::to_vec(&body).expect("json");
+        let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+        let signature = sign(WEBHOOK_SECRET.as_bytes(), &timestamp, &bytes);
+        let response = daemon
+            .client()
+            .post(daemon.url("/v1/ingest/webhook/zendesk-acme"))
+            .header("content-type", "application/json")
+            .header(SIGNATURE_HEADER, signature)
+            .header(TIMESTAMP_HEADER, timestamp)
+            .body(bytes)
+            .send()
+            .await
+            .expect("POST");
+        let (status, answer) = super::harness::read(response).await;
+        assert_eq!(status, StatusCode::OK, "{:?}: {answer}", db.backend);
+        assert_eq!(answer["outcome"], "routed", "{answer}");
+        assert_eq!(answer["workflow_id"], "acme-triage", "{answer}");
+        let run = daemon.get(&format!("/v1/runs/{}", run_id(&answer))).await;
+        assert_eq!(run["tenant_id"], "acme", "{run}");
+        assert!(
+            daemon.runs("tenant=globex").await.is_empty(),
+            "globex got nothing"
+        );
+        daemon.stop();
+        db.drop_database().await;
+    }
+}
