@@ -3,6 +3,7 @@
 
 pub mod authority;
 mod background;
+pub mod bounds;
 pub mod commands;
 pub mod config;
 mod console;

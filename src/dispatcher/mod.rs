@@ -22,7 +22,7 @@ use switchyard_router::{Millis, millis_rfc3339, now_millis};
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
 use crate::background::Background;
-use crate::live::LiveConfig;
+use crate::live::{Live, LiveConfig};
 use crate::telemetry::DispatchSpan;
 use transports::{PushTarget, Transports};
 
@@ -152,7 +152,7 @@ async fn run(
             if free == 0 {
                 continue;
             }
-            match claim(&db, target, &owner, free).await {
+            match claim(&db, target, &owner, free, &current).await {
                 Ok(claimed) => {
                     more |= claimed.len() == free;
                     for (claimed, message, trace) in claimed {
@@ -232,6 +232,7 @@ async fn claim(
     target: &PushTarget,
     owner: &str,
     limit: usize,
+    live: &Live,
 ) -> anyhow::Result<Vec<(ClaimedRun, Vec<u8>, DispatchSpan)>> {
     let now = now_millis();
     let claim_until = now.saturating_add(millis(target.claim_for));
@@ -247,7 +248,7 @@ async fn claim(
                 return None;
             };
             let trace = DispatchSpan::start(&claimed.run, &target.name, claimed.dispatch.attempts);
-            let body = message::run_start(&claimed, routed, now, &trace).to_json();
+            let body = message::run_start(&claimed, routed, now, &trace, &live.authority).to_json();
             Some((claimed, body, trace))
         })
         .collect())

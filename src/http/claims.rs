@@ -128,6 +128,7 @@ async fn claim_views(state: &AppState, claims: Vec<PullClaim>) -> Result<Vec<Val
     let refs: Vec<&ClaimedRun> = claims.iter().map(|c| &c.claimed).collect();
     let mut events = message::events_of(&state.db, &refs).await?;
     let now = now_millis();
+    let live = state.live.current();
     let mut views = Vec::with_capacity(claims.len());
     for claim in claims {
         let Some(routed) = events.remove(&claim.claimed.run.intake_id) else {
@@ -141,7 +142,7 @@ async fn claim_views(state: &AppState, claims: Vec<PullClaim>) -> Result<Vec<Val
             &claim.claimed.dispatch.target,
             claim.claimed.dispatch.attempts,
         );
-        let run_message = message::run_start(&claim.claimed, routed, now, &trace);
+        let run_message = message::run_start(&claim.claimed, routed, now, &trace, &live.authority);
         trace.finish("claimed", None);
         tracing::info!(run_id = %claim.claimed.run.id, dispatch_id = %claim.claimed.dispatch.id, attempt = claim.claimed.dispatch.attempts, "run claimed by a pull worker");
         views.push(json!({

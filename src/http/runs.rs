@@ -58,11 +58,50 @@ struct RunView {
     traceparent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tracestate: Option<String>,
+    /// The config revision that routed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config_revision: Option<String>,
+    /// Whose authority it acts under: the principal id and the revision that defined it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    principal: Option<Value>,
+    /// When it must have finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadline: Option<String>,
+    /// Its budgets, recorded at creation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budgets: Option<Value>,
+    /// What its worker reported using (running totals).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Value>,
+    /// Why it ended, when the daemon ended it or the worker said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_reason: Option<String>,
+    /// The worker's version, as reported on finish.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_version: Option<String>,
+    /// For a superseded run: the subject version that made it unnecessary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject_version: Option<String>,
 }
 
 impl From<run::Model> for RunView {
     fn from(run: run::Model) -> Self {
+        let json = |text: &Option<String>| {
+            text.as_deref()
+                .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        };
         Self {
+            principal: run
+                .principal_id
+                .as_ref()
+                .map(|id| json!({"id": id, "config_revision": run.config_revision})),
+            deadline: run.deadline_at.map(millis_to_rfc3339),
+            budgets: json(&run.budgets),
+            usage: json(&run.run_usage),
+            config_revision: run.config_revision,
+            end_reason: run.end_reason,
+            worker_version: run.worker_version,
+            subject_version: run.subject_version,
             created_at: millis_to_rfc3339(run.created_at),
             updated_at: millis_to_rfc3339(run.updated_at),
             finished_at: run.finished_at.map(millis_to_rfc3339),

@@ -243,6 +243,7 @@ pub(super) fn decide(
     }
     let mut locks = locks.into_changes();
     carry_trace(&mut locks, deliveries);
+    crate::bounds::stamp(&mut locks.new_runs, live.revision(), &live.bounds, now);
     let (dispatches, history) = outbox(&locks, live, now);
     Decided {
         answers,

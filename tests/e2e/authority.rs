@@ -201,6 +201,13 @@ async fn refused_principals_start_nothing_and_a_reload_to_active_routes_again() 
             .await;
         assert_eq!(routed["outcome"], "routed", "{backend:?}: {routed}");
         assert_eq!(routed["workflow_id"], "triage", "{routed}");
+        let run = daemon.get(&format!("/v1/runs/{}", run_id(&routed))).await;
+        assert_eq!(run["principal"]["id"], "bot", "{run}");
+        assert_eq!(run["config_revision"], run["principal"]["config_revision"]);
+        assert_ne!(
+            run["config_revision"], revision,
+            "the new revision routed it"
+        );
         let workflows = daemon.get("/v1/workflows").await;
         assert!(workflow(&workflows, "triage").get("degraded").is_none());
         daemon.stop();
@@ -240,6 +247,8 @@ id = "acme-triage"
 tenant = "acme"
 status = "live"
 run_as = "acme-agent"
+deadline = "1h"
+budgets = { steps = 40, cost_usd = 2.5, max_attempts = 4 }
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 1 } ]
 "#;
 
@@ -286,10 +295,33 @@ async fn a_payload_naming_another_tenant_never_reaches_its_workflows_or_principa
         assert_eq!(answer["workflow_id"], "acme-triage", "{answer}");
         let run = daemon.get(&format!("/v1/runs/{}", run_id(&answer))).await;
         assert_eq!(run["tenant_id"], "acme", "{run}");
+        assert_eq!(run["principal"]["id"], "acme-agent", "{run}");
         assert!(
             daemon.runs("tenant=globex").await.is_empty(),
             "globex got nothing"
         );
+        // The run message a worker claims carries acme's principal, not the payload's, with
+        // the run's deadline and budgets.
+        let claims = daemon.claim(&["acme-triage", "globex-triage"], 10).await;
+        assert_eq!(claims.len(), 1, "{claims:?}");
+        let sent = &claims[0]["message"]["data"]["run"];
+        assert_eq!(
+            sent["principal"],
+            json!({"id": "acme-agent", "tenant": "acme", "kind": "service", "capabilities": []}),
+            "{sent}"
+        );
+        assert_eq!(
+            sent["budgets"],
+            json!({"max_attempts": 4, "steps": 40, "cost_usd": 2.5}),
+            "{sent}"
+        );
+        let created = chrono::DateTime::parse_from_rfc3339(run["created_at"].as_str().unwrap())
+            .expect("created_at");
+        let deadline = chrono::DateTime::parse_from_rfc3339(sent["deadline"].as_str().unwrap())
+            .expect("deadline");
+        assert_eq!((deadline - created).num_seconds(), 3600, "{sent}");
+        assert_eq!(run["deadline"], sent["deadline"]);
+        assert_eq!(sent["config_revision"], run["config_revision"]);
         daemon.stop();
         db.drop_database().await;
     }

@@ -99,6 +99,23 @@ pub struct Model {
     pub traceparent: Option<String>,
     /// W3C `tracestate` that came with it, unchanged.
     pub tracestate: Option<String>,
+    /// The config revision that routed it (m0008; never changed).
+    pub config_revision: Option<String>,
+    /// The principal whose authority it acts under (never changed).
+    pub principal_id: Option<String>,
+    /// Unix ms by which it must finish, else it ends `failed` (`deadline_exceeded`).
+    pub deadline_at: Option<i64>,
+    /// Its budgets as a JSON object of numbers (`max_attempts` and the workflow's own keys).
+    pub budgets: Option<String>,
+    /// What the worker reported using so far, a JSON object of running totals.
+    pub run_usage: Option<String>,
+    /// Why it ended when the daemon ended it (`authority_revoked`, `budget_exhausted`,
+    /// `deadline_exceeded`) or the worker said why.
+    pub end_reason: Option<String>,
+    /// The worker's own version, as it reported on finish.
+    pub worker_version: Option<String>,
+    /// For a `superseded` run: the subject version that made it unnecessary.
+    pub subject_version: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
