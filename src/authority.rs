@@ -266,6 +266,42 @@ impl Authority {
     }
 }
 
+/// Checks a run about to reach its worker against the revision in force: a run whose principal
+/// may no longer act is ended `cancelled` (`authority_revoked`, the refusal in its history),
+/// its entity released and its dispatch closed, and `true` is returned: the caller must not
+/// deliver it. Runs from before principals existed (none recorded) go on.
+pub async fn revoke_if_refused(
+    db: &sea_orm::DatabaseConnection,
+    authority: &Authority,
+    run: &switchyard_router::entities::run::Model,
+    now: Millis,
+) -> Result<bool, switchyard_router::runs::RunError> {
+    let Some(principal_id) = run.principal_id.as_deref() else {
+        return Ok(false);
+    };
+    let Err(refusal) = authority.check_run(&run.workflow_id, principal_id, now) else {
+        return Ok(false);
+    };
+    let detail = format!("{refusal} ({}) before delivery", refusal.reason_word());
+    let ended = switchyard_router::bounded::end(
+        db,
+        &run.id,
+        switchyard_router::entities::run::RunStatus::Cancelled,
+        REVOKED,
+        Some(detail),
+        now,
+    )
+    .await?;
+    if ended {
+        crate::metrics::metrics().run_finished("cancelled");
+        tracing::warn!(run_id = %run.id, tenant_id = %run.tenant_id, principal = %refusal.principal, reason = refusal.reason_word(), "run cancelled before delivery: {refusal}");
+    }
+    Ok(true)
+}
+
+/// The reason (and history cause) of a run cancelled because its principal may no longer act.
+pub const REVOKED: &str = "authority_revoked";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -314,7 +314,15 @@ async fn finish(
     viewer.require(Scope::RunsWrite)?;
     let run = visible_run(&state, &viewer.principal, &id).await?;
     let status = parse_status(&form.status)?;
-    let finished = finish_run(&state, &viewer.principal, &id, run.fencing_token, status).await?;
+    let finished = finish_run(
+        &state,
+        &viewer.principal,
+        &id,
+        run.fencing_token,
+        status,
+        &switchyard_router::bounded::Report::default(),
+    )
+    .await?;
     Ok(Redirect::to(&format!(
         "/ui/runs/{}?done={}",
         finished.id,

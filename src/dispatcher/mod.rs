@@ -6,6 +6,7 @@
 //! re-delivers under the same dispatch id once the claim lapses); nothing is ever dropped.
 //! Each daemon runs one; replicas share the outbox through `SKIP LOCKED` claims.
 
+mod deadlines;
 pub mod message;
 mod transports;
 
@@ -134,6 +135,7 @@ async fn run(
     let recorder = tokio::spawn(record_all(db.clone(), queue, healths));
     let mut transports = Transports::default();
     let keeper = tokio::spawn(keep_alive(db.clone(), stopped.clone()));
+    let timer = tokio::spawn(deadlines::run(db.clone(), stopped.clone()));
     loop {
         if *stopped.borrow() {
             break;
@@ -201,6 +203,7 @@ async fn run(
     drop(records);
     let _ = recorder.await;
     let _ = keeper.await;
+    let _ = timer.await;
 }
 
 /// Keeps leases of runs waiting for delivery alive and resets lapsed pull claims, on its own
@@ -236,8 +239,17 @@ async fn claim(
 ) -> anyhow::Result<Vec<(ClaimedRun, Vec<u8>, DispatchSpan)>> {
     let now = now_millis();
     let claim_until = now.saturating_add(millis(target.claim_for));
-    let claimed =
+    let mut claimed =
         outbox::claim_push(db, &target.name, owner, limit as u64, now, claim_until).await?;
+    // The principal is checked again against the revision in force, before any worker sees
+    // the run: one whose principal was suspended meanwhile ends here, `authority_revoked`.
+    let mut allowed = Vec::with_capacity(claimed.len());
+    for run in claimed.drain(..) {
+        if !crate::authority::revoke_if_refused(db, &live.authority, &run.run, now).await? {
+            allowed.push(run);
+        }
+    }
+    let claimed = allowed;
     let refs: Vec<&ClaimedRun> = claimed.iter().collect();
     let mut events = message::events_of(db, &refs).await?;
     Ok(claimed
@@ -277,6 +289,12 @@ async fn deliver(
     let failed_attempts = u32::try_from(claimed.dispatch.attempts).unwrap_or(u32::MAX);
     let (verdict, result) = match &attempt.result {
         AttemptResult::Delivered => (Verdict::Delivered, "delivered".to_owned()),
+        AttemptResult::Retry(_) if failed_attempts >= budgeted_attempts(&claimed.run) => (
+            Verdict::DeadLetter {
+                reason: "max_attempts",
+            },
+            "retry".to_owned(),
+        ),
         AttemptResult::Retry(hint) => {
             match target.schedule.next_delay(failed_attempts, hint, jitter()) {
                 Some(delay) => (
@@ -377,6 +395,14 @@ async fn record_all(
         }
         batch.clear();
     }
+}
+
+/// The run's `max_attempts` budget (no bound for runs that recorded none).
+fn budgeted_attempts(run: &switchyard_router::entities::run::Model) -> u32 {
+    crate::bounds::budgets_of(run)
+        .get(crate::config::MAX_ATTEMPTS)
+        .and_then(serde_json::Value::as_u64)
+        .map_or(u32::MAX, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 fn millis(duration: Duration) -> Millis {

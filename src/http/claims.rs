@@ -91,8 +91,29 @@ async fn claim(
         // Registered before looking, so a commit between the look and the wait still wakes us.
         let woken = state.wake.pull.notified();
         let targets = pull_targets(&state);
-        let claims =
-            outbox::claim_pull(&state.db, &targets, &request.workflows, max, now_millis()).await?;
+        let now = now_millis();
+        let claimed = outbox::claim_pull(&state.db, &targets, &request.workflows, max, now).await?;
+        let any_claimed = !claimed.is_empty();
+        // The principal is checked again before the worker sees the run (`authority_revoked`).
+        let live = state.live.current();
+        let mut claims = Vec::with_capacity(claimed.len());
+        for claim in claimed {
+            let revoked = crate::authority::revoke_if_refused(
+                &state.db,
+                &live.authority,
+                &claim.claimed.run,
+                now,
+            )
+            .await
+            .map_err(super::runs::run_error)?;
+            if !revoked {
+                claims.push(claim);
+            }
+        }
+        if any_claimed && claims.is_empty() {
+            // Every run claimed was revoked: look again at once for others.
+            continue;
+        }
         if !claims.is_empty() {
             return Ok(Json(
                 json!({ "claims": claim_views(&state, claims).await? }),

@@ -8,6 +8,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use switchyard_router::bounded::{Report, Usage};
 use switchyard_router::entities::run::{self, RunStatus};
 use switchyard_router::now_millis;
 use switchyard_router::outbox::{self, Redispatched};
@@ -231,6 +232,9 @@ pub(crate) async fn read_snapshot(
 struct HeartbeatRequest {
     /// The fencing token from the run message.
     fencing_token: i64,
+    /// What the worker used since its last report, by budget key; added to the run's totals.
+    #[serde(default)]
+    usage: Usage,
 }
 
 async fn heartbeat(
@@ -242,9 +246,15 @@ async fn heartbeat(
     principal.require(Scope::RunsWrite)?;
     visible_run(&state, &principal, &id).await?;
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let lease = lifecycle::heartbeat(&state.db, &id, request.fencing_token, now_millis())
-        .await
-        .map_err(run_error)?;
+    let lease = lifecycle::heartbeat(
+        &state.db,
+        &id,
+        request.fencing_token,
+        &request.usage,
+        now_millis(),
+    )
+    .await
+    .map_err(ended_by_daemon)?;
     tracing::info!(run_id = %id, expires_at = lease.expires_at, "run heartbeat extended its lease");
     Ok(Json(json!({
         "run_id": id,
@@ -256,10 +266,19 @@ async fn heartbeat(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FinishRequest {
-    /// `completed`, `failed` or `cancelled`.
+    /// `completed`, `failed`, `cancelled` or `superseded`.
     status: String,
     /// The fencing token from the run message.
     fencing_token: i64,
+    /// What the worker used since its last report, by budget key.
+    #[serde(default)]
+    usage: Usage,
+    /// The worker's own version: which code ran.
+    #[serde(default)]
+    worker_version: Option<String>,
+    /// For `superseded` (required there): the subject version that made the run unnecessary.
+    #[serde(default)]
+    subject_version: Option<String>,
 }
 
 async fn finish(
@@ -272,7 +291,33 @@ async fn finish(
     visible_run(&state, &principal, &id).await?;
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let status = parse_status(&request.status)?;
-    let run = finish_run(&state, &principal, &id, request.fencing_token, status).await?;
+    for (field, value) in [
+        ("worker_version", &request.worker_version),
+        ("subject_version", &request.subject_version),
+    ] {
+        if value
+            .as_ref()
+            .is_some_and(|v| v.is_empty() || v.len() > 256)
+        {
+            return Err(ApiError::BadRequest(format!(
+                "`{field}` must be 1 to 256 bytes"
+            )));
+        }
+    }
+    let report = Report {
+        usage: request.usage,
+        worker_version: request.worker_version,
+        subject_version: request.subject_version,
+    };
+    let run = finish_run(
+        &state,
+        &principal,
+        &id,
+        request.fencing_token,
+        status,
+        &report,
+    )
+    .await?;
     Ok(Json(RunView::from(run)))
 }
 
@@ -283,10 +328,11 @@ pub(crate) async fn finish_run(
     id: &str,
     fencing_token: i64,
     status: RunStatus,
+    report: &Report,
 ) -> Result<run::Model, ApiError> {
-    let run = lifecycle::finish(&state.db, id, fencing_token, status, now_millis())
+    let run = lifecycle::finish(&state.db, id, fencing_token, status, report, now_millis())
         .await
-        .map_err(run_error)?;
+        .map_err(ended_by_daemon)?;
     crate::metrics::metrics().run_finished(run.status.as_str());
     tracing::info!(run_id = %run.id, tenant_id = %run.tenant_id, status = run.status.as_str(), token = %principal.name, "run finished and released its lock");
     Ok(run)
@@ -336,8 +382,33 @@ async fn redispatch(
     }
 }
 
+/// [`run_error`], counting the runs the daemon ended for a bound in the metrics.
+fn ended_by_daemon(error: RunError) -> ApiError {
+    if let RunError::Overrun {
+        run_id,
+        reason,
+        ended_now,
+        ..
+    } = &error
+    {
+        if *ended_now {
+            crate::metrics::metrics().run_finished("failed");
+        }
+        tracing::warn!(run_id = %run_id, reason, "run ended: {error}");
+    }
+    run_error(error)
+}
+
 pub(crate) fn run_error(error: RunError) -> ApiError {
     match error {
+        RunError::Overrun { reason, .. } => ApiError::Refused {
+            status: StatusCode::CONFLICT,
+            error: reason,
+            detail: error.to_string(),
+        },
+        RunError::SupersededWithoutVersion
+        | RunError::UnknownUsage { .. }
+        | RunError::BadUsage { .. } => ApiError::BadRequest(error.to_string()),
         RunError::NotFound(_) => ApiError::NotFound(error.to_string()),
         RunError::LeaseLost(_) | RunError::StaleToken { .. } => ApiError::Refused {
             status: StatusCode::CONFLICT,

@@ -326,3 +326,166 @@ async fn a_payload_naming_another_tenant_never_reaches_its_workflows_or_principa
         db.drop_database().await;
     }
 }
+
+/// A principal and one workflow delivered to the http target `worker` at `port` (retried every
+/// second for a minute), or to the built-in pull target when `port` is `None`.
+fn delivered(status: &str, port: Option<u16>) -> String {
+    let target = port.map_or(String::new(), |port| {
+        format!(
+            "[[target]]\nname = \"worker\"\nkind = \"http\"\nurl = \"http://127.0.0.1:{port}/runs\"\n\
+             signing_secret_env = \"WORKER_SECRET\"\nretry = [{}]\n",
+            vec!["\"1s\""; 60].join(", ")
+        )
+    });
+    let target_key = if port.is_some() {
+        "target = \"worker\"\n"
+    } else {
+        ""
+    };
+    format!(
+        "{target}\n[[principal]]\nid = \"bot\"\ntenant = \"acme\"\nkind = \"delegated\"\n\
+         status = \"{status}\"\ncapabilities = [\"ticket:write\"]\n\n[[workflow]]\nid = \"triage\"\n\
+         tenant = \"acme\"\nstatus = \"live\"\nrun_as = \"bot\"\nrequires = [\"ticket:write\"]\n\
+         {target_key}triggers = [ {{ channel = \"chat\", event_type = \"message\", priority = 1 }} ]\n"
+    )
+}
+
+const WORKER_SECRET: (&str, &str) = ("WORKER_SECRET", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD");
+
+async fn reload_and_wait(daemon: &Daemon, text: &str) {
+    let before = daemon.get("/v1/workflows").await["config_revision"].clone();
+    daemon.reload(text);
+    wait_until(daemon, "/v1/workflows", "reload", |w| {
+        w["config_revision"] != before
+    })
+    .await;
+}
+
+/// The run is cancelled with `authority_revoked` in its history and dispatch, and its entity is
+/// free again.
+async fn assert_revoked(daemon: &Daemon, run_id: &str, entity: &str, backend: &str) {
+    let run = wait_until(daemon, &format!("/v1/runs/{run_id}"), "revoked", |r| {
+        r["status"] == "cancelled"
+    })
+    .await;
+    assert_eq!(run["end_reason"], "authority_revoked", "{backend}: {run}");
+    assert_eq!(run["dispatch"]["status"], "cancelled", "{run}");
+    assert_eq!(run["dispatch"]["reason"], "authority_revoked", "{run}");
+    let history: Vec<&Value> = run["history"]
+        .as_array()
+        .map(|h| {
+            h.iter()
+                .filter(|e| e["cause"] == "authority_revoked")
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(history.len(), 1, "{run}");
+    assert!(
+        history[0]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("principal `bot` is suspended"),
+        "{run}"
+    );
+    let locks = daemon.get("/v1/locks").await;
+    let held = locks["locks"]
+        .as_array()
+        .is_some_and(|all| all.iter().any(|l| l["target_entity_id"] == entity));
+    assert!(!held, "{backend}: entity released: {locks}");
+}
+
+/// Suspended between routing and delivery (the http target down meanwhile, then up): the run
+/// ends `cancelled` (`authority_revoked`), its entity is released, and the worker never
+/// receives it. The same for a pull worker's claim.
+#[tokio::test]
+async fn a_principal_suspended_before_delivery_revokes_the_run_and_no_worker_sees_it() {
+    for db in TestDb::all().await {
+        let backend = format!("{:?}", db.backend);
+        // A port nothing listens on yet: the target is down.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let daemon = Daemon::start(
+            &db,
+            &config(&db, &delivered("active", Some(port))),
+            &[WORKER_SECRET],
+        )
+        .await;
+        let entity = unique("C");
+        let (_, routed) = daemon
+            .post_event(&unique("d"), &event("chat", "message", "acme", &entity))
+            .await;
+        assert_eq!(routed["outcome"], "routed", "{backend}: {routed}");
+        let id = run_id(&routed);
+        wait_until(
+            &daemon,
+            &format!("/v1/runs/{id}"),
+            "a failed attempt",
+            |r| r["attempts"].as_array().is_some_and(|a| !a.is_empty()),
+        )
+        .await;
+
+        reload_and_wait(&daemon, &config(&db, &delivered("suspended", Some(port)))).await;
+        // The worker comes up, counting every request it gets.
+        let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = received.clone();
+        let app = axum::Router::new().route(
+            "/runs",
+            axum::routing::post(move || {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { "ok" }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("bind the worker's port");
+        let worker = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        assert_revoked(&daemon, &id, &entity, &backend).await;
+        // Ended for good: nothing is left to deliver, whatever the dispatcher does next.
+        let run = daemon.get(&format!("/v1/runs/{id}")).await;
+        assert!(
+            run["attempts"]
+                .as_array()
+                .is_some_and(|a| a.iter().all(|a| a["result"] != "delivered")),
+            "{run}"
+        );
+        assert_eq!(
+            received.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{backend}: the worker never received it"
+        );
+        // Restored: the entity routes again at once (it was released), and is delivered.
+        reload_and_wait(&daemon, &config(&db, &delivered("active", Some(port)))).await;
+        let (_, again) = daemon
+            .post_event(&unique("d"), &event("chat", "message", "acme", &entity))
+            .await;
+        assert_eq!(again["outcome"], "routed", "{backend}: {again}");
+        wait_until(
+            &daemon,
+            &format!("/v1/runs/{}", run_id(&again)),
+            "delivered",
+            |r| r["status"] == "dispatched",
+        )
+        .await;
+        assert_eq!(received.load(std::sync::atomic::Ordering::SeqCst), 1);
+        worker.abort();
+        daemon.stop();
+
+        // Pull: a claim after the suspension hands out nothing and cancels the run.
+        let daemon = Daemon::start(&db, &config(&db, &delivered("active", None)), &[]).await;
+        let entity = unique("P");
+        let (_, routed) = daemon
+            .post_event(&unique("d"), &event("chat", "message", "acme", &entity))
+            .await;
+        assert_eq!(routed["outcome"], "routed", "{backend}: {routed}");
+        reload_and_wait(&daemon, &config(&db, &delivered("suspended", None))).await;
+        let claims = daemon.claim(&["triage"], 10).await;
+        assert!(claims.is_empty(), "{backend}: {claims:?}");
+        assert_revoked(&daemon, &run_id(&routed), &entity, &backend).await;
+        daemon.stop();
+        db.drop_database().await;
+    }
+}

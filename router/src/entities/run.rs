@@ -28,6 +28,10 @@ pub enum RunStatus {
     /// `redispatch` may start a new attempt series.
     #[sea_orm(string_value = "dead_lettered")]
     DeadLettered,
+    /// The worker found it unnecessary: the subject changed meanwhile (a person resolved the
+    /// ticket). A successful safety decision, not a failure; `subject_version` says which.
+    #[sea_orm(string_value = "superseded")]
+    Superseded,
 }
 
 impl RunStatus {
@@ -40,6 +44,7 @@ impl RunStatus {
             RunStatus::Cancelled => "cancelled",
             RunStatus::Expired => "expired",
             RunStatus::DeadLettered => "dead_lettered",
+            RunStatus::Superseded => "superseded",
         }
     }
 
@@ -54,7 +59,7 @@ impl RunStatus {
     }
 
     /// Every status, in lifecycle order.
-    pub const ALL: [RunStatus; 7] = [
+    pub const ALL: [RunStatus; 8] = [
         RunStatus::Queued,
         RunStatus::Dispatched,
         RunStatus::Completed,
@@ -62,6 +67,7 @@ impl RunStatus {
         RunStatus::Cancelled,
         RunStatus::Expired,
         RunStatus::DeadLettered,
+        RunStatus::Superseded,
     ];
 }
 
@@ -73,7 +79,7 @@ impl std::str::FromStr for RunStatus {
         .into_iter()
         .find(|status| status.as_str() == s)
         .ok_or_else(|| {
-            format!("unknown run status `{s}` (expected queued, dispatched, completed, failed, cancelled, expired or dead_lettered)")
+            format!("unknown run status `{s}` (expected queued, dispatched, completed, failed, cancelled, expired, dead_lettered or superseded)")
         })
     }
 }
