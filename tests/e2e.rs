@@ -6,6 +6,7 @@ mod e2e {
 
     mod access;
     mod authority;
+    mod bounded_runs;
     mod browser;
     mod chaos;
     mod cli;
