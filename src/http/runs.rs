@@ -163,8 +163,11 @@ async fn get_run(
         .filter(|run| principal.sees(&run.tenant_id))
         .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))?;
     let (dispatch, attempts, history) = outbox::trail(&txn, &run).await?;
+    let audit = crate::audit::of(&txn, &run, &history).await?;
     txn.commit().await?;
     let mut view = serde_json::to_value(RunView::from(run)).unwrap_or_default();
+    // The five questions of an audit, each answered from what was recorded at the time.
+    view["audit"] = serde_json::to_value(audit).unwrap_or_default();
     view["dispatch"] = dispatch.map_or(Value::Null, |d| {
         json!({
             "id": d.id,

@@ -185,6 +185,12 @@ async fn refused_principals_start_nothing_and_a_reload_to_active_routes_again() 
             })
             .unwrap_or_default();
         assert_eq!(degraded, ["closer", "escalate", "triage"], "{ready}");
+        let console = super::console::Console::login(&daemon, super::harness::TOKEN).await;
+        let page = console.page("/ui/workflows").await;
+        assert!(
+            page.contains("s-degraded") && page.contains("principal `bot` is suspended"),
+            "{page}"
+        );
 
         // Reload with the principal active: the next event routes to triage.
         let revision = workflows["config_revision"].clone();

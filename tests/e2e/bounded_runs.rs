@@ -227,6 +227,50 @@ async fn a_superseded_finish_names_the_subject_version_and_is_not_a_failure() {
         assert_eq!(run["worker_version"], "triage-worker 1.4.2");
         assert_eq!(run["usage"], json!({"steps": 3.0}));
         assert!(!entity_held(&daemon, &entity).await);
+        // The audit: the five questions, each answered from what was recorded.
+        let audit = &run["audit"];
+        let what = &audit["what_happened"];
+        assert_eq!(what["event"]["channel"], "chat", "{audit}");
+        assert_eq!(
+            what["event"]["target_entity_id"],
+            entity.as_str(),
+            "{audit}"
+        );
+        assert_eq!(what["source"], "api", "{audit}");
+        assert!(what["raw_ref"].is_string(), "{audit}");
+        let revision = run["config_revision"].clone();
+        assert!(revision.is_string(), "{run}");
+        assert_eq!(audit["why"]["outcome"], "routed", "{audit}");
+        assert_eq!(audit["why"]["workflow_id"], "agent", "{audit}");
+        assert_eq!(audit["why"]["config_revision"], revision, "{audit}");
+        assert_eq!(audit["why"]["trigger"]["priority"], 1, "{audit}");
+        assert_eq!(audit["authority"]["principal_id"], "acme-agent", "{audit}");
+        assert_eq!(audit["authority"]["kind"], "service", "{audit}");
+        assert_eq!(audit["authority"]["status"], "active", "{audit}");
+        assert_eq!(audit["authority"]["config_revision"], revision, "{audit}");
+        assert_eq!(audit["version"]["config_revision"], revision, "{audit}");
+        assert_eq!(audit["version"]["worker_version"], "triage-worker 1.4.2");
+        assert_eq!(audit["ending"]["status"], "superseded", "{audit}");
+        assert_eq!(audit["ending"]["finished"], true, "{audit}");
+        assert_eq!(
+            audit["ending"]["subject_version"],
+            "zendesk:ticket:updated_at=2026-12-02T02:00:00Z"
+        );
+        // The console's run page shows the same five answers.
+        let console = super::console::Console::login(&daemon, TOKEN).await;
+        let page = console.page(&format!("/ui/runs/{id}")).await;
+        for needle in [
+            "What happened",
+            "Why work started",
+            "Whose authority",
+            "Which version ran",
+            "How it ended",
+            "acme-agent",
+            "triage-worker 1.4.2",
+            "s-superseded",
+        ] {
+            assert!(page.contains(needle), "{needle} in the run page:\n{page}");
+        }
         let superseded = daemon.runs("status=superseded").await;
         assert_eq!(superseded.len(), 1, "{superseded:?}");
         let metrics = daemon
