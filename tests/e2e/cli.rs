@@ -248,3 +248,62 @@ fn version_names_the_commit_and_a_bad_config_exits_78() {
         "the error names the key"
     );
 }
+
+/// A suspended principal is a warning for `check` (the file is valid: suspending is how an
+/// admin stops a workflow's authority) and `route` says the winner would not start; a missing
+/// capability is an error.
+#[test]
+fn check_and_route_name_a_principal_that_may_not_act() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("suspended.toml");
+    let file = |status: &str, requires: &str| {
+        format!(
+            "[[principal]]\nid = \"bot\"\ntenant = \"acme\"\nkind = \"service\"\n\
+             status = \"{status}\"\ncapabilities = [\"ticket:write\"]\n\n[[workflow]]\n\
+             id = \"triage\"\ntenant = \"acme\"\nstatus = \"live\"\nrun_as = \"bot\"\n\
+             requires = [{requires}]\n\
+             triggers = [ {{ channel = \"chat\", event_type = \"x\", priority = 7 }} ]\n"
+        )
+    };
+    std::fs::write(&path, file("suspended", "\"ticket:write\"")).expect("write");
+    let config = path.to_str().unwrap_or_default();
+    let (ok, out) = run(
+        &["check", "--config", config],
+        &[("SWITCHYARD_API_TOKEN", "t")],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(
+            "warning: live workflow `triage` will not start runs: principal `bot` is suspended"
+        ),
+        "{out}"
+    );
+    let event_path = dir.path().join("event.json");
+    std::fs::write(&event_path, event("chat", "x", "acme", "E-1").to_string()).expect("write");
+    let (ok, out) = run(
+        &[
+            "route",
+            "--config",
+            config,
+            "--event",
+            event_path.to_str().unwrap_or_default(),
+        ],
+        &[],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("outcome: authority_unavailable (`triage` would be chosen, but it runs as principal `bot` is suspended)"),
+        "{out}"
+    );
+
+    std::fs::write(&path, file("active", "\"ticket:write\", \"ticket:delete\"")).expect("write");
+    let (ok, out) = run(
+        &["check", "--config", config],
+        &[("SWITCHYARD_API_TOKEN", "t")],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("error: workflow `triage` requires `ticket:delete` that principal `bot` does not hold (line 12)"),
+        "{out}"
+    );
+}
