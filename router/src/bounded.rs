@@ -121,7 +121,8 @@ pub fn account(
 
 /// Ends `run` as `status` with `reason` if it is still active (the caller holds its row lock or
 /// this conditional update decides): status, reason and `finished_at`, the lease released,
-/// its pending dispatch cancelled (with `reason`), one history entry. Whether it ended it.
+/// its pending dispatch closed with `reason` (dead-lettered with a dead-lettered run, so it can
+/// be redispatched; else cancelled), one history entry. Whether it ended it.
 pub async fn end_active<C: ConnectionTrait>(
     txn: &C,
     run: &run::Model,
@@ -148,11 +149,13 @@ pub async fn end_active<C: ConnectionTrait>(
         .await?
         .unwrap_or_else(|| run.clone());
     release_lease(txn, &current, now).await?;
+    let closed = if status == RunStatus::DeadLettered {
+        DispatchStatus::DeadLettered
+    } else {
+        DispatchStatus::Cancelled
+    };
     dispatch::Entity::update_many()
-        .col_expr(
-            dispatch::Column::Status,
-            DispatchStatus::Cancelled.as_str().into(),
-        )
+        .col_expr(dispatch::Column::Status, closed.as_str().into())
         .col_expr(dispatch::Column::Reason, reason.into())
         .col_expr(dispatch::Column::ClaimToken, Option::<String>::None.into())
         .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())

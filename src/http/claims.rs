@@ -106,9 +106,30 @@ async fn claim(
             )
             .await
             .map_err(super::runs::run_error)?;
-            if !revoked {
-                claims.push(claim);
+            if revoked {
+                continue;
             }
+            // The run's own `max_attempts` budget, when lower than the target's `max_claims`.
+            let budget = crate::bounds::budgets_of(&claim.claimed.run)
+                .get(crate::config::MAX_ATTEMPTS)
+                .and_then(Value::as_i64)
+                .unwrap_or(i64::MAX);
+            if i64::from(claim.claimed.dispatch.attempts) > budget {
+                let detail = format!("claimed {budget} times without finishing (its budget)");
+                switchyard_router::bounded::end(
+                    &state.db,
+                    &claim.claimed.run.id,
+                    switchyard_router::entities::run::RunStatus::DeadLettered,
+                    "max_attempts",
+                    Some(detail),
+                    now,
+                )
+                .await
+                .map_err(super::runs::run_error)?;
+                crate::metrics::metrics().run_finished("dead_lettered");
+                continue;
+            }
+            claims.push(claim);
         }
         if any_claimed && claims.is_empty() {
             // Every run claimed was revoked: look again at once for others.

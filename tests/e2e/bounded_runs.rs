@@ -295,3 +295,89 @@ async fn a_superseded_finish_names_the_subject_version_and_is_not_a_failure() {
         db.drop_database().await;
     }
 }
+
+/// A workflow's `max_attempts` bounds pull claims too: past it the run is dead-lettered (and
+/// can be redispatched), even though the target's `max_claims` is higher.
+#[tokio::test]
+async fn max_attempts_bounds_pull_claims() {
+    for db in TestDb::all().await {
+        let backend = db.backend;
+        let text = config(&db, &workflow("budgets = { max_attempts = 2 }"));
+        let daemon = Daemon::start(&db, &text, &[]).await;
+        let entity = unique("E");
+        let (_, answer) = daemon
+            .post_event(&unique("d"), &event("chat", "message", "acme", &entity))
+            .await;
+        let id = run_id(&answer);
+        for round in 1..=2 {
+            let claims = daemon.claim(&["agent"], 1).await;
+            assert_eq!(claims.len(), 1, "{backend:?} round {round}: {claims:?}");
+            let token = claims[0]["token"].as_str().expect("token").to_owned();
+            let (status, answer) = daemon
+                .post(&format!("/v1/claims/{token}/release"), &json!({}))
+                .await;
+            assert_eq!(status, StatusCode::OK, "{answer}");
+        }
+        assert!(daemon.claim(&["agent"], 1).await.is_empty(), "{backend:?}");
+        let run = daemon.get(&format!("/v1/runs/{id}")).await;
+        assert_eq!(run["status"], "dead_lettered", "{backend:?}: {run}");
+        assert_eq!(run["end_reason"], "max_attempts", "{run}");
+        assert_eq!(run["dispatch"]["status"], "dead_lettered", "{run}");
+        assert!(!entity_held(&daemon, &entity).await);
+        let (status, again) = daemon
+            .post(&format!("/v1/runs/{id}/redispatch"), &json!({}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{again}");
+        daemon.stop();
+        db.drop_database().await;
+    }
+}
+
+/// `max_attempts` bounds push delivery too: a target that stays down dead-letters the run after
+/// that many attempts, although its retry schedule has many more steps.
+#[tokio::test]
+async fn max_attempts_bounds_push_deliveries() {
+    for db in TestDb::all().await {
+        let backend = db.backend;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let target = format!(
+            "[[target]]\nname = \"down\"\nkind = \"http\"\nurl = \"http://127.0.0.1:{port}/\"\n\
+             signing_secret_env = \"WORKER_SECRET\"\nretry = [{}]\n",
+            vec!["\"1s\""; 30].join(", ")
+        );
+        let text = config(
+            &db,
+            &format!(
+                "{target}\n{}",
+                workflow("target = \"down\"\nbudgets = { max_attempts = 2 }")
+            ),
+        );
+        let daemon = Daemon::start(
+            &db,
+            &text,
+            &[("WORKER_SECRET", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD")],
+        )
+        .await;
+        let (_, answer) = daemon
+            .post_event(
+                &unique("d"),
+                &event("chat", "message", "acme", &unique("E")),
+            )
+            .await;
+        let id = run_id(&answer);
+        let run = wait_until(&daemon, &format!("/v1/runs/{id}"), "dead letter", |r| {
+            r["status"] == "dead_lettered"
+        })
+        .await;
+        assert_eq!(
+            run["dispatch"]["reason"], "max_attempts",
+            "{backend:?}: {run}"
+        );
+        assert_eq!(run["attempts"].as_array().map(Vec::len), Some(2), "{run}");
+        daemon.stop();
+        db.drop_database().await;
+    }
+}
