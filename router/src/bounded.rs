@@ -198,6 +198,20 @@ pub async fn expire_deadlines(
     now: Millis,
     limit: u64,
 ) -> Result<Vec<String>, DbErr> {
+    // A plain read first: most passes find nothing, and on SQLite a write transaction would
+    // take the one write lock from the intake writer every second for nothing.
+    let any_due = run::Entity::find()
+        .select_only()
+        .column(run::Column::Id)
+        .filter(run::Column::Status.is_in(crate::ACTIVE))
+        .filter(run::Column::DeadlineAt.lte(now))
+        .limit(1)
+        .into_tuple::<String>()
+        .one(db)
+        .await?;
+    if any_due.is_none() {
+        return Ok(Vec::new());
+    }
     let txn = begin_write(db).await?;
     let due = run::Entity::find()
         .filter(run::Column::Status.is_in(crate::ACTIVE))
