@@ -174,5 +174,16 @@ mod tests {
         let text = many_workflows_config("sqlite://x.db", 50);
         let value: toml::Value = toml::from_str(&text).expect("TOML");
         assert_eq!(value["workflow"].as_array().map(Vec::len), Some(52));
+        // Every live workflow runs as a principal of its own tenant (the daemon refuses
+        // anything else).
+        let principals = value["principal"].as_array().expect("principals");
+        for workflow in value["workflow"].as_array().expect("workflows") {
+            let run_as = workflow["run_as"].as_str().expect("run_as");
+            let principal = principals
+                .iter()
+                .find(|p| p["id"].as_str() == Some(run_as))
+                .expect("a defined principal");
+            assert_eq!(principal["tenant"], workflow["tenant"], "{run_as}");
+        }
     }
 }
