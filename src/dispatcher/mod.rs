@@ -169,9 +169,31 @@ async fn run(
                         let records = records.clone();
                         let owner = owner.clone();
                         let wake = wake.clone();
+                        let (db, live) = (db.clone(), live.clone());
                         tokio::spawn(async move {
-                            let recorded = deliver(&target, claimed, message, trace, owner).await;
-                            let _ = records.send(recorded).await;
+                            // Checked again at the last moment, against the revision in force
+                            // now: a suspension that came into force after the claim still
+                            // stops the run before its worker sees it. If the check cannot be
+                            // made, nothing is sent and the claim lapses (checked again then).
+                            let current = live.current();
+                            match crate::authority::revoke_if_refused(
+                                &db,
+                                &current.authority,
+                                &claimed.run,
+                                now_millis(),
+                            )
+                            .await
+                            {
+                                Ok(false) => {
+                                    let recorded =
+                                        deliver(&target, claimed, message, trace, owner).await;
+                                    let _ = records.send(recorded).await;
+                                }
+                                Ok(true) => trace.finish(crate::authority::REVOKED, None),
+                                Err(error) => {
+                                    tracing::warn!(run_id = %claimed.run.id, %error, "cannot check the run's principal before delivery; it is sent once its claim lapses and the check succeeds");
+                                }
+                            }
                             drop(target_permit);
                             drop(permit);
                             wake.dispatcher.notify_one();
