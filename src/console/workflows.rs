@@ -40,6 +40,9 @@ struct Row {
     degraded: Option<String>,
     /// (outcome, count) over the last 24 hours.
     outcomes: Vec<(String, i64)>,
+    /// (run status, count) of its runs created in the last 24 hours: `superseded` apart from
+    /// `failed`.
+    runs: Vec<(String, i64)>,
 }
 
 #[derive(Debug)]
@@ -82,6 +85,19 @@ async fn page(
         now_millis() - 24 * 60 * 60 * 1000,
     )
     .await?;
+    let mut runs_by_workflow: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
+    for (workflow, status, n) in ledger::run_status_counts(
+        &state.db,
+        tenants.as_deref(),
+        now_millis() - 24 * 60 * 60 * 1000,
+    )
+    .await?
+    {
+        runs_by_workflow
+            .entry(workflow)
+            .or_default()
+            .push((status, n));
+    }
     let mut by_workflow: BTreeMap<Option<String>, Vec<(String, i64)>> = BTreeMap::new();
     for (workflow, outcome, n) in counts {
         by_workflow.entry(workflow).or_default().push((outcome, n));
@@ -124,6 +140,10 @@ async fn page(
             lock_ttl: humantime::format_duration(w.workflow.lock_ttl).to_string(),
             outcomes: by_workflow
                 .get(&Some(w.workflow.id.clone()))
+                .cloned()
+                .unwrap_or_default(),
+            runs: runs_by_workflow
+                .get(&w.workflow.id)
                 .cloned()
                 .unwrap_or_default(),
         })

@@ -271,6 +271,12 @@ async fn a_superseded_finish_names_the_subject_version_and_is_not_a_failure() {
         ] {
             assert!(page.contains(needle), "{needle} in the run page:\n{page}");
         }
+        // Counted apart from failures on the console's workflows page too.
+        let workflows = console.page("/ui/workflows").await;
+        assert!(
+            workflows.contains(">superseded 1</a>") && !workflows.contains(">failed 1</a>"),
+            "{workflows}"
+        );
         let superseded = daemon.runs("status=superseded").await;
         assert_eq!(superseded.len(), 1, "{superseded:?}");
         let metrics = daemon
