@@ -8,6 +8,8 @@ use switchyard_core::Workflow;
 use switchyard_router::TriggerIndex;
 use switchyard_router::ceilings::MaxRunning;
 
+use crate::authority::Authority;
+use crate::bounds::RunBounds;
 use crate::config::{BUILTIN_PULL, ResolvedSource, ResolvedTarget, Settings};
 
 /// One config revision, ready to serve.
@@ -16,6 +18,10 @@ pub struct Live {
     pub settings: Settings,
     pub index: TriggerIndex,
     pub workflows: Vec<Workflow>,
+    /// The principals workflows run as, and the check made at routing and dispatch.
+    pub authority: Authority,
+    /// Each workflow's principal, deadline and budgets, stamped on its new runs.
+    pub bounds: HashMap<String, RunBounds>,
     /// Sources by (kind, name).
     sources: HashMap<(&'static str, String), ResolvedSource>,
     /// Each workflow's target name.
@@ -30,6 +36,8 @@ impl Live {
     pub fn new(settings: Settings) -> Self {
         let workflows = settings.loaded.workflows();
         let index = TriggerIndex::build(settings.loaded.revision.clone(), &workflows);
+        let authority = Authority::new(&settings.loaded.config);
+        let bounds = RunBounds::of(&settings.loaded.config, &settings.loaded.targets());
         let sources = settings
             .loaded
             .config
@@ -67,6 +75,8 @@ impl Live {
             settings,
             index,
             workflows,
+            authority,
+            bounds,
             sources,
             targets_by_workflow,
             flow,

@@ -27,12 +27,14 @@ pub enum Outcome {
     RateLimited,
     /// Joined a pending run on the same entity (a trigger's coalescing window); names the run.
     Coalesced,
+    /// The winning workflow's principal is missing, suspended, expired or lacks a capability.
+    AuthorityUnavailable,
     /// Processing failed past its retry bound; kept for replay.
     DeadLettered,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Routed,
         Outcome::NoTriggerMatch,
         Outcome::EntityLocked,
@@ -42,6 +44,7 @@ impl Outcome {
         Outcome::UnauthorizedSource,
         Outcome::RateLimited,
         Outcome::Coalesced,
+        Outcome::AuthorityUnavailable,
         Outcome::DeadLettered,
     ];
 
@@ -57,6 +60,7 @@ impl Outcome {
             Outcome::UnauthorizedSource => "unauthorized_source",
             Outcome::RateLimited => "rate_limited",
             Outcome::Coalesced => "coalesced",
+            Outcome::AuthorityUnavailable => "authority_unavailable",
             Outcome::DeadLettered => "dead_lettered",
         }
     }

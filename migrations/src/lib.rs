@@ -10,6 +10,7 @@ mod m0004_lease_expiry_index;
 mod m0005_trace_context;
 mod m0006_config_revisions;
 mod m0007_flow_control;
+mod m0008_authority;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -27,6 +28,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0005_trace_context::Migration),
             Box::new(m0006_config_revisions::Migration),
             Box::new(m0007_flow_control::Migration),
+            Box::new(m0008_authority::Migration),
         ]
     }
 }

@@ -2,6 +2,7 @@
 //! secrets named by environment variable into the [`Settings`] the daemon runs on.
 
 mod flow;
+mod principals;
 mod retention;
 mod sources;
 mod targets;
@@ -18,6 +19,7 @@ use sha2::{Digest, Sha256};
 use switchyard_core::Workflow;
 
 pub use flow::{RatesConfig, coalesce_refusal};
+pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
 pub use sources::{ResolvedSource, SourceConfig};
 pub use targets::{
@@ -26,7 +28,7 @@ pub use targets::{
 };
 pub use telemetry::{OtlpEndpoint, TelemetryConfig};
 pub use tokens::{API_TOKEN_NAME, ResolvedToken, Scope, TokenConfig, resolve as resolve_tokens};
-pub use workflows::WorkflowConfig;
+pub use workflows::{MAX_ATTEMPTS, WorkflowConfig};
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
@@ -59,6 +61,9 @@ pub struct Config {
     /// Intake rates per tenant and per source (`[rates.tenant]`, `[rates.source]`).
     #[serde(default)]
     pub rates: RatesConfig,
+    /// The authorities workflows run as (`run_as`).
+    #[serde(default, rename = "principal")]
+    pub principals: Vec<PrincipalConfig>,
 }
 
 /// `[server]`.
@@ -238,6 +243,9 @@ pub struct LoadedConfig {
     /// First 16 hex digits of the file's SHA-256: the same file gives the same revision on
     /// every replica.
     pub revision: String,
+    /// Live workflows whose principal lacks a required capability: errors for `check`,
+    /// degraded workflows for a running daemon (`principals::capability_gaps`).
+    pub capability_gaps: Vec<String>,
 }
 
 impl LoadedConfig {
@@ -260,13 +268,16 @@ impl LoadedConfig {
             path: path.to_owned(),
             source,
         })?;
-        config.validate()?;
+        config.validate(text)?;
         let revision = hex::encode(&Sha256::digest(text.as_bytes())[..8]);
+        let capability_gaps =
+            principals::capability_gaps(&config.principals, &config.workflows, text);
         Ok(Self {
             config,
             path: path.to_owned(),
             base_dir,
             revision,
+            capability_gaps,
         })
     }
 
@@ -310,7 +321,7 @@ impl LoadedConfig {
 }
 
 impl Config {
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self, text: &str) -> Result<(), ConfigError> {
         let mut problems = Vec::new();
         let mut workflow_ids = HashSet::new();
         for workflow in &self.workflows {
@@ -387,6 +398,11 @@ impl Config {
         problems.extend(self.rates.problems(&self.sources, &self.workflows));
         problems.extend(self.retention.problems());
         problems.extend(tokens::problems(&self.tokens));
+        problems.extend(principals::problems(
+            &self.principals,
+            &self.workflows,
+            text,
+        ));
         if self.database.writers == Some(0) {
             problems.push("database.writers must be at least 1".into());
         }

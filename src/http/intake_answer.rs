@@ -37,7 +37,8 @@ pub fn status_of(outcome: Outcome, style: Style) -> StatusCode {
         | Outcome::EntityLocked
         | Outcome::Duplicate
         | Outcome::Ineligible
-        | Outcome::Coalesced => StatusCode::OK,
+        | Outcome::Coalesced
+        | Outcome::AuthorityUnavailable => StatusCode::OK,
     }
 }
 

@@ -12,6 +12,7 @@ use switchyard_router::{Choice, Decision, LockBatch, LockChanges, Millis};
 
 use super::flow::Admit;
 use super::{Answer, Delivery, DeliveryBody};
+use crate::authority::Refusal;
 use crate::live::Live;
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
 
@@ -31,12 +32,15 @@ pub(super) struct Lookups<'a> {
     pub flow: super::flow::Needs,
     /// Each delivery's choice (workflow, or why none), in batch order.
     choices: Vec<Choice>,
+    /// Deliveries (by batch index) whose chosen workflow's principal may not act: recorded
+    /// `authority_unavailable`, no lease looked up. Empty (no allocation) while all are fine.
+    refused: Vec<(usize, std::sync::Arc<str>, Refusal)>,
 }
 
 impl<'a> Lookups<'a> {
     pub fn needed(deliveries: &[&'a Delivery], live: &Live) -> Self {
         // Conditions are evaluated here, after the index lookup, on the normalised payload.
-        let choices: Vec<Choice> = deliveries
+        let mut choices: Vec<Choice> = deliveries
             .iter()
             .map(|d| match &d.body {
                 DeliveryBody::Route(event) => live.index.choose_for(
@@ -48,6 +52,7 @@ impl<'a> Lookups<'a> {
                 _ => Choice::NoTrigger,
             })
             .collect();
+        let refused = refuse_unauthorised(&mut choices, live);
         let leases = deliveries
             .iter()
             .zip(&choices)
@@ -71,8 +76,30 @@ impl<'a> Lookups<'a> {
                 .collect(),
             leases,
             choices,
+            refused,
         }
     }
+}
+
+/// Takes the choice away from every delivery whose winning workflow's principal may not act
+/// now (the next candidate is not tried: the winner is not started, and says why).
+fn refuse_unauthorised(
+    choices: &mut [Choice],
+    live: &Live,
+) -> Vec<(usize, std::sync::Arc<str>, Refusal)> {
+    let now = switchyard_router::now_millis();
+    let mut refused = Vec::new();
+    for (i, choice) in choices.iter_mut().enumerate() {
+        if let Choice::Chosen(candidate) = choice
+            && let Some(refusal) = live
+                .authority
+                .refusal_at_routing(&candidate.workflow_id, now)
+        {
+            refused.push((i, candidate.workflow_id.clone(), refusal));
+            *choice = Choice::NoTrigger;
+        }
+    }
+    refused
 }
 
 /// What the store held for a batch's [`Lookups`].
@@ -135,7 +162,8 @@ pub(super) fn decide(
     let mut ledger = Vec::with_capacity(deliveries.len());
     let mut raw = Vec::new();
     let mut cursors: HashMap<SourceKey, mailbox_cursor::Model> = HashMap::new();
-    for (delivery, choice) in deliveries.iter().zip(&lookups.choices) {
+    let mut refused = lookups.refused.iter().peekable();
+    for (i, (delivery, choice)) in deliveries.iter().zip(&lookups.choices).enumerate() {
         let mut advance = |limited: bool| {
             let Some(cursor) = &delivery.cursor else {
                 return;
@@ -186,6 +214,20 @@ pub(super) fn decide(
         let mut deferred = false;
         let mut retry_after = None;
         let mut row = match &delivery.body {
+            DeliveryBody::Route(event) if refused.peek().is_some_and(|(at, ..)| *at == i) => {
+                let (_, workflow_id, refusal) = refused.next().expect("peeked");
+                let fields = Fields {
+                    outcome: Outcome::AuthorityUnavailable,
+                    detail: Some(format!(
+                        "workflow `{workflow_id}` runs as {refusal} ({})",
+                        refusal.reason_word()
+                    )),
+                    run_id: None,
+                    workflow_id: Some(workflow_id.to_string()),
+                    held_by_run_id: None,
+                };
+                ledger_row(delivery, Some(event), fields, live, now)
+            }
             DeliveryBody::Route(event) => match gate.admit(delivery, event, choice, &locks) {
                 Admit::Route { deferred: waits } => {
                     let decision = locks.route(
@@ -279,6 +321,7 @@ pub(super) fn decide(
     }
     let mut locks = locks.into_changes();
     carry_trace(&mut locks, deliveries);
+    crate::bounds::stamp(&mut locks.new_runs, live.revision(), &live.bounds, now);
     let (mut dispatches, history) = outbox(&locks, live, now);
     if gate.has_new_windows() {
         for dispatch in &mut dispatches {

@@ -73,6 +73,7 @@ max_claims = 1
 id = "steady"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 max_running = 2
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 10 } ]
 
@@ -80,6 +81,7 @@ triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 10
 id = "fragile"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 max_running = 1
 target = "short"
 triggers = [ { channel = "webhook", event_type = "ticket.fragile", priority = 10 } ]
@@ -88,6 +90,7 @@ triggers = [ { channel = "webhook", event_type = "ticket.fragile", priority = 10
 id = "expiring"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 max_running = 1
 lock_ttl = "2s"
 triggers = [ { channel = "webhook", event_type = "ticket.expiring", priority = 10 } ]
@@ -232,6 +235,7 @@ tenant = "acme"
 id = "queue"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 max_queued = 2
 triggers = [ { channel = "webhook", event_type = "ticket.queued", priority = 10 } ]
 
@@ -239,24 +243,28 @@ triggers = [ { channel = "webhook", event_type = "ticket.queued", priority = 10 
 id = "zendesk"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 10 } ]
 
 [[workflow]]
 id = "chat"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "slack", event_type = "message", priority = 10 } ]
 
 [[workflow]]
 id = "publisher"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "com.example.someevent", priority = 10 } ]
 
 [[workflow]]
 id = "globex"
 tenant = "globex"
 status = "live"
+run_as = "globex-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 10 } ]
 
 [rates.source]
@@ -504,6 +512,7 @@ const SHARED: &str = r#"
 id = "burst"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 max_queued = 5
 triggers = [ { channel = "webhook", event_type = "ticket.burst", priority = 10 } ]
 
@@ -511,6 +520,7 @@ triggers = [ { channel = "webhook", event_type = "ticket.burst", priority = 10 }
 id = "slots"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 max_running = 3
 triggers = [ { channel = "webhook", event_type = "ticket.slots", priority = 10 } ]
 
@@ -518,6 +528,7 @@ triggers = [ { channel = "webhook", event_type = "ticket.slots", priority = 10 }
 id = "metered"
 tenant = "globex"
 status = "live"
+run_as = "globex-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 10 } ]
 
 [rates.tenant]
@@ -652,7 +663,7 @@ async fn max_running_holds_for_a_push_target() {
         let setup = format!(
             "[[target]]\nname = \"worker\"\nkind = \"http\"\nurl = \"http://{addr}/runs\"\n\
              signing_secret_env = \"WORKER_SECRET\"\n\n[[workflow]]\nid = \"pushed\"\n\
-             tenant = \"acme\"\nstatus = \"live\"\ntarget = \"worker\"\nmax_running = 2\n\
+             tenant = \"acme\"\nstatus = \"live\"\nrun_as = \"acme-agent\"\ntarget = \"worker\"\nmax_running = 2\n\
              triggers = [ {{ channel = \"webhook\", event_type = \"ticket.created\", priority = 1 }} ]\n"
         );
         let daemon = Daemon::start(

@@ -15,6 +15,7 @@ const SETUP: &str = r#"
 id = "updates"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [
   { channel = "webhook", event_type = "ticket.updated", priority = 10, coalesce = { quiet = "2s", max_wait = "1m" } },
   { channel = "webhook", event_type = "ticket.created", priority = 10 },
@@ -24,6 +25,7 @@ triggers = [
 id = "stream"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [
   { channel = "webhook", event_type = "ticket.status_changed", priority = 10, coalesce = { quiet = "4s", max_wait = "6s" } },
 ]
