@@ -545,16 +545,30 @@ async fn burst(daemons: &[&Daemon; 2], n: usize, event_type: &str, tenant: &str)
         let url = daemon.url("/v1/events");
         let event = super::harness::event("webhook", event_type, tenant, &unique("B"));
         tasks.push(tokio::spawn(async move {
-            let response = client
-                .post(url)
-                .bearer_auth(TOKEN)
-                .header("Idempotency-Key", unique("k"))
-                .json(&event)
-                .send()
-                .await
-                .expect("POST");
-            let (_, answer) = read(response).await;
-            answer["outcome"].as_str().unwrap_or("?").to_owned()
+            // As a sender does: a 503 (not acknowledged, e.g. a commit slower than
+            // intake_timeout on a loaded machine) is retried under the same key.
+            let key = unique("k");
+            for _ in 0..50 {
+                let response = client
+                    .post(&url)
+                    .bearer_auth(TOKEN)
+                    .header("Idempotency-Key", &key)
+                    .json(&event)
+                    .send()
+                    .await
+                    .expect("POST");
+                let (status, answer) = read(response).await;
+                if status == StatusCode::SERVICE_UNAVAILABLE {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                let outcome = match answer["outcome"].as_str() {
+                    Some("duplicate") => answer["first_outcome"].as_str(),
+                    other => other,
+                };
+                return outcome.unwrap_or("?").to_owned();
+            }
+            "unanswered".to_owned()
         }));
     }
     let mut outcomes = Vec::new();
