@@ -19,5 +19,6 @@ mod server;
 pub mod sources;
 pub mod store;
 pub mod telemetry;
+pub mod waits;
 
 pub use daemon::{Daemon, run};

@@ -91,7 +91,7 @@ async fn active_run<C: ConnectionTrait>(
 
 /// Releases `run`'s entity lease if it still holds it (same run, same token). The row stays,
 /// so the next holder's fencing token is larger.
-pub(crate) async fn release_lease<C: ConnectionTrait>(
+pub async fn release_lease<C: ConnectionTrait>(
     txn: &C,
     run: &run::Model,
     now: Millis,

@@ -26,6 +26,10 @@ pub struct WorkflowConfig {
     pub target: Option<String>,
     /// The (channel, event_type) pairs it reacts to, each with a priority.
     pub triggers: Vec<TriggerConfig>,
+    /// Who may resume its runs' waits: the `actor` a resume names (a Slack user id for a
+    /// Slack button). Absent: any actor of an authenticated resume; empty: nobody.
+    #[serde(default)]
+    pub approvers: Option<Vec<String>>,
 }
 
 /// One trigger of a workflow.
@@ -67,6 +71,13 @@ impl WorkflowConfig {
         }
         if self.status == WorkflowStatus::Live && self.triggers.is_empty() {
             problems.push(format!("workflow `{id}` is live but has no triggers"));
+        }
+        for approver in self.approvers.iter().flatten() {
+            if approver.trim().is_empty() || approver.len() > MAX_KEY_LEN {
+                problems.push(format!(
+                    "workflow `{id}`: each of `approvers` must be 1 to {MAX_KEY_LEN} bytes"
+                ));
+            }
         }
         for trigger in &self.triggers {
             if let Err(error) = trigger.channel.parse::<Channel>() {

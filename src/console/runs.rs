@@ -62,9 +62,10 @@ impl Row {
     }
 }
 
-const STATUSES: [&str; 8] = [
+const STATUSES: [&str; 9] = [
     "queued",
     "dispatched",
+    "needs_input",
     "completed",
     "failed",
     "cancelled",

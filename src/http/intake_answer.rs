@@ -31,7 +31,11 @@ pub fn status_of(outcome: Outcome, style: Style) -> StatusCode {
         | Outcome::NoTriggerMatch
         | Outcome::EntityLocked
         | Outcome::Duplicate
-        | Outcome::Ineligible => StatusCode::OK,
+        | Outcome::Ineligible
+        | Outcome::Resumed
+        | Outcome::NoWaitMatch
+        | Outcome::WaitExpired
+        | Outcome::ReapprovalRequired => StatusCode::OK,
     }
 }
 

@@ -14,6 +14,7 @@ mod intake_answer;
 mod metrics;
 mod revisions;
 pub(crate) mod runs;
+mod waits;
 
 use std::sync::Arc;
 
@@ -56,8 +57,14 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
                 intake_answer::measured("api", request, next)
             })),
         )
+        .merge(
+            waits::resume_router().route_layer(axum::middleware::from_fn(|request, next| {
+                intake_answer::measured("api", request, next)
+            })),
+        )
         .merge(metrics::guarded_router())
         .merge(runs::router())
+        .merge(waits::router())
         .merge(claims::router())
         .merge(admin::router())
         .merge(revisions::router())
