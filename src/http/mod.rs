@@ -9,6 +9,7 @@ mod events;
 mod health;
 mod ingest_cloudevents;
 mod ingest_slack;
+mod ingest_slack_actions;
 mod ingest_webhook;
 mod intake_answer;
 mod metrics;
@@ -80,9 +81,11 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
             })),
         )
         .merge(
-            ingest_slack::router().route_layer(axum::middleware::from_fn(|request, next| {
-                intake_answer::measured("slack", request, next)
-            })),
+            ingest_slack::router()
+                .merge(ingest_slack_actions::router())
+                .route_layer(axum::middleware::from_fn(|request, next| {
+                    intake_answer::measured("slack", request, next)
+                })),
         )
         .merge(
             ingest_cloudevents::router().route_layer(axum::middleware::from_fn(|request, next| {
