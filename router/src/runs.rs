@@ -123,7 +123,16 @@ pub async fn heartbeat(
 ) -> Result<Lease, RunError> {
     let txn = begin_write(db).await?;
     let run = active_run(&txn, run_id, fencing_token).await?;
-    let expires_at = now.saturating_add(run.lock_ttl_ms);
+    let mut expires_at = now.saturating_add(run.lock_ttl_ms);
+    if run.status == RunStatus::NeedsInput {
+        // An open wait holds the lease to its deadline: a heartbeat never shortens that.
+        expires_at = expires_at.max(
+            lock_of(&txn, &run.tenant_id, &run.target_entity_id)
+                .await?
+                .filter(|lease| lease.run_id.as_deref() == Some(run.id.as_str()))
+                .map_or(0, |lease| lease.expires_at),
+        );
+    }
     let updated = entity_lock::Entity::update_many()
         .col_expr(entity_lock::Column::ExpiresAt, expires_at.into())
         .col_expr(entity_lock::Column::UpdatedAt, now.into())

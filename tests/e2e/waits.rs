@@ -225,8 +225,14 @@ impl Setup {
         Some(Setup { db, worker, secret })
     }
 
+    /// The harness's config with a generous `intake_timeout`: on a loaded machine a sender may
+    /// otherwise see 503s (retry later), which is right but not what these tests are about.
     fn config(&self) -> String {
-        config(&self.db, &setup(&self.worker.url))
+        config(&self.db, &setup(&self.worker.url)).replacen(
+            "[server]\n",
+            "[server]\nintake_timeout = \"30s\"\n",
+            1,
+        )
     }
 
     async fn daemon(&self) -> Daemon {
@@ -335,6 +341,32 @@ async fn resume(
         .await
         .expect("POST /v1/waits/resume");
     super::harness::read(response).await
+}
+
+/// A resume as a sender that retries after a 503 sends it (the same `Idempotency-Key`: safe, a
+/// committed copy answers `duplicate` with its first outcome): the outcome it settled on.
+async fn settled_resume(
+    daemon: &Daemon,
+    key: &str,
+    token: &str,
+    proposal_digest: &str,
+    actor: &str,
+) -> (StatusCode, Value) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, mut answer) = resume(daemon, key, token, proposal_digest, actor).await;
+        if status == StatusCode::SERVICE_UNAVAILABLE && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        let copy_of_ours = answer["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("delivery already recorded"));
+        if copy_of_ours {
+            answer["outcome"] = answer["first_outcome"].clone();
+        }
+        return (status, answer);
+    }
 }
 
 async fn waits_of(daemon: &Daemon, run: &str) -> Vec<Value> {
@@ -906,11 +938,14 @@ async fn two_replicas_fire_each_timer_once_and_racing_resumes_resume_once() {
         }
         let (raced, fencing) = started_run(&first, worker, &unique("ACCT-9-ticket")).await;
         let token = open_wait(&second, &raced, fencing, "P-9", "48h", "fail").await;
-        let attempts = (0..8).map(|i| {
-            let daemon = if i % 2 == 0 { &first } else { &second };
-            let token = token.clone();
-            async move { resume(daemon, &unique("race"), &token, &digest("P-9"), "alice").await }
-        });
+        let attempts =
+            (0..8).map(|i| {
+                let daemon = if i % 2 == 0 { &first } else { &second };
+                let token = token.clone();
+                async move {
+                    settled_resume(daemon, &unique("race"), &token, &digest("P-9"), "alice").await
+                }
+            });
         let answers = futures::future::join_all(attempts).await;
         let resumed = answers
             .iter()
@@ -934,6 +969,65 @@ async fn two_replicas_fire_each_timer_once_and_racing_resumes_resume_once() {
         }
         first.stop();
         second.stop();
+        setup.db.drop_database().await;
+    }
+}
+
+/// Resumes racing the wait's deadline (and its timer): the wait ends once, either resumed (one
+/// `resumed`, the rest `duplicate`, the run goes on) or expired (every answer `wait_expired`,
+/// the run failed), never both and never neither.
+#[tokio::test]
+async fn resumes_racing_the_deadline_end_the_wait_once() {
+    for backend in Backend::ALL {
+        let Some(setup) = Setup::new(backend).await else {
+            continue;
+        };
+        let daemon = setup.daemon().await;
+        let worker = &setup.worker;
+        let (run, fencing) = started_run(&daemon, worker, &unique("ACCT-9-ticket")).await;
+        let token = open_wait(&daemon, &run, fencing, "P-17", "1s", "fail").await;
+        tokio::time::sleep(Duration::from_millis(850)).await;
+        let attempts = (0..10).map(|i| {
+            let (daemon, token) = (&daemon, token.clone());
+            async move {
+                tokio::time::sleep(Duration::from_millis(30 * i)).await;
+                settled_resume(daemon, &unique("race"), &token, &digest("P-17"), "alice").await
+            }
+        });
+        let answers = futures::future::join_all(attempts).await;
+        let count = |outcome: &str| {
+            answers
+                .iter()
+                .filter(|(_, a)| a["outcome"] == outcome)
+                .count()
+        };
+        let (resumed, duplicate, expired) =
+            (count("resumed"), count("duplicate"), count("wait_expired"));
+        let errors: Vec<String> = daemon
+            .logs()
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.contains("WARN"))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            resumed + duplicate + expired,
+            10,
+            "{backend:?}: {answers:#?}\n{errors:#?}"
+        );
+        assert!(resumed <= 1, "{answers:#?}");
+        let wait = &waits_of(&daemon, &run).await[0];
+        if resumed == 1 {
+            assert_eq!(wait["status"], "resumed");
+            worker.wait_for(&run, "resume").await;
+            let view = wait_status(&daemon, &run, "dispatched").await;
+            assert_eq!(history_causes(&view, "wait_expired"), 0, "{view:#}");
+        } else {
+            assert_eq!((duplicate, expired), (0, 10), "{answers:#?}");
+            let view = wait_status(&daemon, &run, "failed").await;
+            assert_eq!(history_causes(&view, "resumed"), 0, "{view:#}");
+            assert_eq!(waits_of(&daemon, &run).await[0]["status"], "expired");
+        }
+        daemon.stop();
         setup.db.drop_database().await;
     }
 }
