@@ -957,6 +957,33 @@ async fn two_replicas_fire_each_timer_once_and_racing_resumes_resume_once() {
             .count();
         assert_eq!((resumed, duplicates), (1, 7), "{backend:?}: {answers:#?}");
 
+        // A resume sent by the other replica the moment the opening answers: the token exists
+        // only from the opening's commit, which also made the run `needs_input`, so the
+        // resume finds the whole wait or nothing; it is never half-open and never lost.
+        let mut opened_then_resumed = Vec::new();
+        for _ in 0..4 {
+            opened_then_resumed.push(started_run(&first, worker, &unique("ACCT-9-ticket")).await);
+        }
+        let races = opened_then_resumed.iter().map(|(run, fencing)| {
+            let (first, second) = (&first, &second);
+            async move {
+                let token = open_wait(first, run, *fencing, "P-3", "48h", "fail").await;
+                settled_resume(second, &unique("fast"), &token, &digest("P-3"), "alice").await
+            }
+        });
+        for (status, answer) in futures::future::join_all(races).await {
+            assert_eq!(
+                (status, answer["outcome"].as_str()),
+                (StatusCode::OK, Some("resumed")),
+                "{answer}"
+            );
+        }
+        for (run, _) in &opened_then_resumed {
+            worker.wait_for(run, "resume").await;
+            let view = wait_status(&second, run, "dispatched").await;
+            assert_eq!(history_causes(&view, "resumed"), 1, "{view:#}");
+        }
+
         for run in &timed {
             worker.wait_for(run, "resume").await;
         }
