@@ -142,7 +142,7 @@ fn open_error(error: OpenError) -> ApiError {
     }
 }
 
-fn wait_view(w: &wait::Model) -> Value {
+pub(crate) fn wait_view(w: &wait::Model) -> Value {
     json!({
         "run_id": w.run_id,
         "wait_id": w.wait_id,
@@ -160,6 +160,18 @@ fn wait_view(w: &wait::Model) -> Value {
     })
 }
 
+/// A run's waits, oldest first.
+pub(crate) async fn of_run<C: sea_orm::ConnectionTrait>(
+    db: &C,
+    run_id: &str,
+) -> Result<Vec<wait::Model>, sea_orm::DbErr> {
+    wait::Entity::find()
+        .filter(wait::Column::RunId.eq(run_id))
+        .order_by_asc(wait::Column::Id)
+        .all(db)
+        .await
+}
+
 /// A run's waits, oldest first (never their tokens).
 async fn list_waits(
     State(state): State<AppState>,
@@ -168,11 +180,7 @@ async fn list_waits(
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::Read)?;
     super::runs::visible_run(&state, &principal, &id).await?;
-    let waits = wait::Entity::find()
-        .filter(wait::Column::RunId.eq(id.as_str()))
-        .order_by_asc(wait::Column::Id)
-        .all(&state.db)
-        .await?;
+    let waits = of_run(&state.db, &id).await?;
     Ok(Json(
         json!({ "waits": waits.iter().map(wait_view).collect::<Vec<_>>() }),
     ))

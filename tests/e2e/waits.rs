@@ -586,6 +586,12 @@ async fn the_approval_for_p17_resumes_exactly_the_p17_run() {
             view["dispatch"]["id"], message["id"],
             "the resume's id is its dispatch's"
         );
+        assert_eq!(view["waits"][0]["status"], "resumed", "{view:#}");
+        assert_eq!(view["waits"][0]["resumed_by"], answer["intake_id"]);
+        assert!(
+            !view.to_string().contains(&token17),
+            "a run's view never shows its token"
+        );
         assert_eq!(
             daemon.get(&format!("/v1/runs/{p22}")).await["status"],
             "needs_input",
