@@ -15,7 +15,7 @@ mod intake_answer;
 mod metrics;
 mod revisions;
 pub(crate) mod runs;
-mod waits;
+pub(crate) mod waits;
 
 use std::sync::Arc;
 

@@ -592,6 +592,15 @@ async fn the_approval_for_p17_resumes_exactly_the_p17_run() {
             !view.to_string().contains(&token17),
             "a run's view never shows its token"
         );
+        let console = super::console::Console::login(&daemon, super::harness::TOKEN).await;
+        let page = console.page(&format!("/ui/runs/{p17}")).await;
+        for shown in ["Waits", "approve", "resumed", "approve by alice", "P-17"] {
+            assert!(
+                page.contains(shown),
+                "the console's run page shows {shown}: {page}"
+            );
+        }
+        assert!(!page.contains(&token17));
         assert_eq!(
             daemon.get(&format!("/v1/runs/{p22}")).await["status"],
             "needs_input",
