@@ -201,6 +201,17 @@ pub async fn finish(
         .await?;
     release_lease(&txn, &run, now).await?;
     close_dispatch(&txn, &run.id, now).await?;
+    // Its open waits end with it: a later resume is `no_wait_match`, their timers never fire.
+    crate::entities::wait::Entity::update_many()
+        .col_expr(
+            crate::entities::wait::Column::Status,
+            crate::entities::wait::WaitStatus::Cancelled.as_str().into(),
+        )
+        .col_expr(crate::entities::wait::Column::EndedAt, now.into())
+        .filter(crate::entities::wait::Column::RunId.eq(run.id.as_str()))
+        .filter(crate::entities::wait::Column::Status.eq(crate::entities::wait::WaitStatus::Open))
+        .exec(&txn)
+        .await?;
     crate::outbox::history(&txn, &run.id, status, "finished", None, now).await?;
     txn.commit().await?;
     run.status = status;

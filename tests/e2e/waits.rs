@@ -1122,6 +1122,32 @@ async fn a_run_with_two_waits_resumes_once_per_wait() {
         assert_ne!(resumes[0]["id"], resumes[1]["id"]);
         let (_, again) = resume(&daemon, &unique("k"), &refund, &digest("P-17"), "alice").await;
         assert_eq!(again["outcome"], "duplicate", "{again}");
+
+        // A third wait is open when the worker finishes: it ends with the run, and a late
+        // approval changes nothing.
+        let (status, answer) = daemon
+            .post(
+                &format!("/v1/runs/{run}/waits"),
+                &json!({"fencing_token": fencing, "wait_id": "confirm", "expects": "answer",
+                        "proposal": {"id": "P-19", "digest": digest("P-19")}, "deadline": "48h"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        let confirm = answer["resume_token"].as_str().expect("token").to_owned();
+        let (status, _) = daemon
+            .post(
+                &format!("/v1/runs/{run}/finish"),
+                &json!({"status": "completed", "fencing_token": fencing}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(waits_of(&daemon, &run).await[2]["status"], "cancelled");
+        let (_, late) = resume(&daemon, &unique("k"), &confirm, &digest("P-19"), "alice").await;
+        assert_eq!(late["outcome"], "no_wait_match", "{late}");
+        assert_eq!(
+            daemon.get(&format!("/v1/runs/{run}")).await["status"],
+            "completed"
+        );
         daemon.stop();
         setup.db.drop_database().await;
     }
