@@ -7,6 +7,8 @@ use std::sync::{Arc, RwLock};
 use switchyard_core::Workflow;
 use switchyard_router::TriggerIndex;
 
+use crate::authority::Authority;
+use crate::bounds::RunBounds;
 use crate::config::{BUILTIN_PULL, ResolvedSource, ResolvedTarget, Settings};
 
 /// One config revision, ready to serve.
@@ -15,6 +17,10 @@ pub struct Live {
     pub settings: Settings,
     pub index: TriggerIndex,
     pub workflows: Vec<Workflow>,
+    /// The principals workflows run as, and the check made at routing and dispatch.
+    pub authority: Authority,
+    /// Each workflow's principal, deadline and budgets, stamped on its new runs.
+    pub bounds: HashMap<String, RunBounds>,
     /// Sources by (kind, name).
     sources: HashMap<(&'static str, String), ResolvedSource>,
     /// Each workflow's target name.
@@ -25,6 +31,8 @@ impl Live {
     pub fn new(settings: Settings) -> Self {
         let workflows = settings.loaded.workflows();
         let index = TriggerIndex::build(settings.loaded.revision.clone(), &workflows);
+        let authority = Authority::new(&settings.loaded.config);
+        let bounds = RunBounds::of(&settings.loaded.config, &settings.loaded.targets());
         let sources = settings
             .loaded
             .config
@@ -47,6 +55,8 @@ impl Live {
             settings,
             index,
             workflows,
+            authority,
+            bounds,
             sources,
             targets_by_workflow,
         }

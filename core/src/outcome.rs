@@ -25,6 +25,8 @@ pub enum Outcome {
     UnauthorizedSource,
     /// A declared ceiling was reached.
     RateLimited,
+    /// The winning workflow's principal is missing, suspended, expired or lacks a capability.
+    AuthorityUnavailable,
     /// Processing failed past its retry bound; kept for replay.
     DeadLettered,
     /// Resumed the waiting run it was meant for.
@@ -39,7 +41,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 13] = [
+    pub const ALL: [Outcome; 14] = [
         Outcome::Routed,
         Outcome::NoTriggerMatch,
         Outcome::EntityLocked,
@@ -48,6 +50,7 @@ impl Outcome {
         Outcome::InvalidEvent,
         Outcome::UnauthorizedSource,
         Outcome::RateLimited,
+        Outcome::AuthorityUnavailable,
         Outcome::DeadLettered,
         Outcome::Resumed,
         Outcome::NoWaitMatch,
@@ -66,6 +69,7 @@ impl Outcome {
             Outcome::InvalidEvent => "invalid_event",
             Outcome::UnauthorizedSource => "unauthorized_source",
             Outcome::RateLimited => "rate_limited",
+            Outcome::AuthorityUnavailable => "authority_unavailable",
             Outcome::DeadLettered => "dead_lettered",
             Outcome::Resumed => "resumed",
             Outcome::NoWaitMatch => "no_wait_match",

@@ -1,6 +1,6 @@
 //! The CLI's commands: `serve`, `migrate`, `check`, `route`.
 
-mod check;
+pub(crate) mod check;
 mod route;
 mod serve;
 

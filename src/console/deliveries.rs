@@ -153,7 +153,7 @@ async fn list(
 }
 
 /// The outcomes a ledger row can carry, for the filter.
-const OUTCOMES: [&str; 13] = [
+const OUTCOMES: [&str; 14] = [
     "routed",
     "no_trigger_match",
     "entity_locked",
@@ -161,6 +161,7 @@ const OUTCOMES: [&str; 13] = [
     "ineligible",
     "invalid_event",
     "rate_limited",
+    "authority_unavailable",
     "coalesced",
     "dead_lettered",
     "resumed",

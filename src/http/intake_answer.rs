@@ -32,6 +32,7 @@ pub fn status_of(outcome: Outcome, style: Style) -> StatusCode {
         | Outcome::EntityLocked
         | Outcome::Duplicate
         | Outcome::Ineligible
+        | Outcome::AuthorityUnavailable
         | Outcome::Resumed
         | Outcome::NoWaitMatch
         | Outcome::WaitExpired

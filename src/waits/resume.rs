@@ -6,7 +6,8 @@
 //! whose run is still active (`no_wait_match`); a wait already resumed makes this a copy of an
 //! applied resume (`duplicate`); a wait past its deadline or timed out (`wait_expired`); the
 //! proposal digest must be the wait's (`reapproval_required`); the actor must be among the
-//! workflow's `approvers` (`unauthorized_source`); only then `resumed`. Only `resumed` changes
+//! workflow's `approvers` (`unauthorized_source`); the run's principal must still be allowed to
+//! act (`authority_unavailable`, detail `authority_revoked: ...`); only then `resumed`. Only `resumed` changes
 //! anything beyond the ledger row, and it ends the wait with a conditional update.
 
 use sea_orm::{
@@ -345,6 +346,23 @@ fn judge(
                 ),
             );
         }
+    }
+    // The run acts under its principal: one that may no longer act (suspended, expired,
+    // removed, lacking a capability the workflow requires) resumes nothing. The wait stays
+    // open: a reload may reinstate the principal before the deadline.
+    if let Some(principal) = run.principal_id.as_deref()
+        && let Err(refusal) = live.authority.check_run(&run.workflow_id, principal, now)
+    {
+        return verdict(
+            Outcome::AuthorityUnavailable,
+            format!(
+                "{}: {refusal} ({}); wait {} of run {} stays open",
+                crate::authority::REVOKED,
+                refusal.reason_word(),
+                wait.wait_id,
+                run.id
+            ),
+        );
     }
     verdict(
         Outcome::Resumed,
