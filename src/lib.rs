@@ -22,5 +22,6 @@ mod server;
 pub mod sources;
 pub mod store;
 pub mod telemetry;
+pub mod waits;
 
 pub use daemon::{Daemon, run};

@@ -11,6 +11,7 @@ mod m0005_trace_context;
 mod m0006_config_revisions;
 mod m0007_flow_control;
 mod m0008_authority;
+mod m0009_waits;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -29,6 +30,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0006_config_revisions::Migration),
             Box::new(m0007_flow_control::Migration),
             Box::new(m0008_authority::Migration),
+            Box::new(m0009_waits::Migration),
         ]
     }
 }

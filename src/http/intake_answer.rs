@@ -38,7 +38,11 @@ pub fn status_of(outcome: Outcome, style: Style) -> StatusCode {
         | Outcome::Duplicate
         | Outcome::Ineligible
         | Outcome::Coalesced
-        | Outcome::AuthorityUnavailable => StatusCode::OK,
+        | Outcome::AuthorityUnavailable
+        | Outcome::Resumed
+        | Outcome::NoWaitMatch
+        | Outcome::WaitExpired
+        | Outcome::ReapprovalRequired => StatusCode::OK,
     }
 }
 
