@@ -14,6 +14,8 @@ use crate::config::{BUILTIN_PULL, ResolvedSource, ResolvedTarget, Settings};
 pub struct Live {
     pub settings: Settings,
     pub index: TriggerIndex,
+    /// The `shadow` workflows, indexed as if live (`shadow.rs`); `None` when there are none.
+    pub shadows: Option<TriggerIndex>,
     pub workflows: Vec<Workflow>,
     /// Sources by (kind, name).
     sources: HashMap<(&'static str, String), ResolvedSource>,
@@ -25,6 +27,7 @@ impl Live {
     pub fn new(settings: Settings) -> Self {
         let workflows = settings.loaded.workflows();
         let index = TriggerIndex::build(settings.loaded.revision.clone(), &workflows);
+        let shadows = TriggerIndex::build_shadows(settings.loaded.revision.clone(), &workflows);
         let sources = settings
             .loaded
             .config
@@ -46,6 +49,7 @@ impl Live {
         Self {
             settings,
             index,
+            shadows,
             workflows,
             sources,
             targets_by_workflow,

@@ -21,6 +21,7 @@ mod e2e {
     mod outage;
     mod pull;
     mod reload;
+    mod replay;
     mod retention;
     mod revisions;
     mod slack;
