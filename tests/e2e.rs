@@ -24,6 +24,7 @@ mod e2e {
     mod replay;
     mod retention;
     mod revisions;
+    mod shadow;
     mod slack;
     mod spine;
     mod sqlite;

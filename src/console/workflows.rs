@@ -1,5 +1,7 @@
-//! Workflows per config revision (live, draft, disabled; triggers and priorities; target), with
-//! each workflow's outcomes over the last 24 hours, and the revisions that came into force.
+//! Workflows per config revision (live, shadow, draft, disabled; triggers and priorities;
+//! target), with each workflow's outcomes over the last 24 hours (for a shadow: what it would
+//! have taken, from which live workflow, with example deliveries), and the revisions that
+//! came into force.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +38,8 @@ struct Row {
     lock_ttl: String,
     /// (outcome, count) over the last 24 hours.
     outcomes: Vec<(String, i64)>,
+    /// For a shadow workflow: what it would have done over the last 24 hours.
+    shadow: Option<crate::shadow::ShadowStats>,
 }
 
 #[derive(Debug)]
@@ -82,6 +86,16 @@ async fn page(
     for (workflow, outcome, n) in counts {
         by_workflow.entry(workflow).or_default().push((outcome, n));
     }
+    let mut shadows = if revision
+        .content
+        .workflows
+        .iter()
+        .any(|w| w.workflow.status == switchyard_core::WorkflowStatus::Shadow)
+    {
+        crate::shadow::last_day(&state.db, tenants.as_deref(), now_millis()).await?
+    } else {
+        Default::default()
+    };
     let content = revision
         .content
         .clone()
@@ -105,6 +119,8 @@ async fn page(
                 .get(&Some(w.workflow.id.clone()))
                 .cloned()
                 .unwrap_or_default(),
+            shadow: (w.workflow.status == switchyard_core::WorkflowStatus::Shadow)
+                .then(|| shadows.remove(&w.workflow.id).unwrap_or_default()),
         })
         .collect();
     let listed = revisions::list(&state.db, None, 20).await?;

@@ -120,7 +120,7 @@ async fn create(
 }
 
 /// Whether the caller may see a replay: every tenant it covered must be one the caller sees.
-fn visible(principal: &Principal, row: &replay::Model) -> bool {
+pub(crate) fn visible(principal: &Principal, row: &replay::Model) -> bool {
     let filters: Filters = serde_json::from_str(&row.filters).unwrap_or_default();
     match filters.tenants {
         None => principal.sees_every_tenant(),

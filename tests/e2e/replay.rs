@@ -273,10 +273,12 @@ async fn a_mixed_day_replays_exactly_writes_nothing_live_and_a_candidate_moves_w
         assert_eq!(unmatched["outcome"], "no_trigger_match", "{unmatched}");
         let other = send_zendesk(&daemon, zendesk(TICKET_CREATED, "evt-4", "6001")).await;
         assert_eq!(other["outcome"], "routed", "{backend:?}: {other}");
-        until("every dispatch", || async {
-            received.load(Ordering::SeqCst) >= 3
+        until("every dispatch recorded", || async {
+            let runs = daemon.runs("limit=100").await;
+            runs.len() == 3 && runs.iter().all(|r| r["status"] != "queued")
         })
         .await;
+        assert_eq!(received.load(Ordering::SeqCst), 3, "{backend:?}");
 
         let store = Database::connect(&db.url).await.expect("connect");
         let before = live_rows(&store).await;
@@ -369,6 +371,31 @@ async fn a_mixed_day_replays_exactly_writes_nothing_live_and_a_candidate_moves_w
                 "ticket.comment_added: comment-reply 1 -> 1, entity_locked (comment-reply) 1 -> 1\n"
             ),
             "{backend:?}: {table}"
+        );
+
+        // The console lists both replays and shows the candidate's report.
+        let console = super::console::Console::login(&daemon, super::harness::TOKEN).await;
+        let list = console.page("/ui/replays").await;
+        let moved_id = moved["id"].as_str().expect("id");
+        assert!(list.contains(&format!("/ui/replays/{moved_id}")), "{list}");
+        assert!(
+            list.contains(original["id"].as_str().expect("id")),
+            "{list}"
+        );
+        let page = console.page(&format!("/ui/replays/{moved_id}")).await;
+        assert!(page.contains("candidate "), "{page}");
+        assert!(
+            page.contains(
+                "<span class=\"mono\">triage</span> → <span class=\"mono\">vip-triage</span>: 2"
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains(&format!(
+                "/ui/deliveries/{}",
+                first["intake_id"].as_str().unwrap_or("")
+            )),
+            "{page}"
         );
 
         // Nothing live was written, and the worker received nothing more.
