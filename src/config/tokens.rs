@@ -20,6 +20,9 @@ pub enum Scope {
     /// Every listing and read of the admin API and the console; `/metrics`.
     #[serde(rename = "read")]
     Read,
+    /// `GET /metrics` and nothing else: what a Prometheus scraper's token needs.
+    #[serde(rename = "metrics")]
+    Metrics,
     /// The original bytes of deliveries (`GET /v1/raw/{id}`, the console's reveal).
     #[serde(rename = "raw:read")]
     RawRead,
@@ -32,9 +35,10 @@ pub enum Scope {
 }
 
 impl Scope {
-    pub const ALL: [Scope; 5] = [
+    pub const ALL: [Scope; 6] = [
         Scope::EventsWrite,
         Scope::Read,
+        Scope::Metrics,
         Scope::RawRead,
         Scope::RunsWrite,
         Scope::Admin,
@@ -44,6 +48,7 @@ impl Scope {
         match self {
             Scope::EventsWrite => "events:write",
             Scope::Read => "read",
+            Scope::Metrics => "metrics",
             Scope::RawRead => "raw:read",
             Scope::RunsWrite => "runs:write",
             Scope::Admin => "admin",
@@ -65,7 +70,7 @@ pub struct TokenConfig {
     pub name: String,
     /// Environment variable holding the token's secret.
     pub secret_env: String,
-    /// Any of `events:write`, `read`, `raw:read`, `runs:write`, `admin`.
+    /// Any of `events:write`, `read`, `metrics`, `raw:read`, `runs:write`, `admin`.
     pub scopes: Vec<Scope>,
     /// Only these tenants' rows (ledger, runs, locks, raw bytes, claims); absent: every tenant.
     #[serde(default)]

@@ -18,8 +18,8 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(scrape))
 }
 
-/// `/metrics` on the main listener: the `read` scope, and no tenant limit (the figures cover
-/// every tenant).
+/// `/metrics` on the main listener: the `metrics` scope (or `read`, which covers every read),
+/// and no tenant limit (the figures cover every tenant).
 pub fn guarded_router() -> Router<AppState> {
     Router::new().route("/metrics", get(scrape_guarded))
 }
@@ -29,7 +29,10 @@ async fn scrape_guarded(
     principal: super::auth::Principal,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
-    principal.require(crate::config::Scope::Read)?;
+    use crate::config::Scope;
+    if !principal.has(Scope::Read) {
+        principal.require(Scope::Metrics)?;
+    }
     principal.require_every_tenant("/metrics")?;
     scrape(state, headers).await
 }

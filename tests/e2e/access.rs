@@ -38,6 +38,11 @@ scopes = ["read", "raw:read", "runs:write", "events:write"]
 tenants = ["acme"]
 
 [[token]]
+name = "scraper"
+secret_env = "SY_SCRAPER"
+scopes = ["metrics"]
+
+[[token]]
 name = "root"
 secret_env = "SY_ROOT"
 scopes = ["admin"]
@@ -57,7 +62,8 @@ status = "live"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 10 } ]
 "#;
 
-pub const TOKEN_ENV: [(&str, &str); 6] = [
+pub const TOKEN_ENV: [(&str, &str); 7] = [
+    ("SY_SCRAPER", "scraper-secret"),
     ("SY_READER", "reader-secret"),
     ("SY_SENDER", "sender-secret"),
     ("SY_AUDITOR", "auditor-secret"),
@@ -305,6 +311,31 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("sender-secret"),
                 M::GET,
                 "/metrics".into(),
+                None,
+                403,
+                Some("metrics"),
+            ),
+            // metrics: /metrics and nothing else
+            (
+                Some("scraper-secret"),
+                M::GET,
+                "/metrics".into(),
+                None,
+                200,
+                None,
+            ),
+            (
+                Some("scraper-secret"),
+                M::GET,
+                "/v1/intake".into(),
+                None,
+                403,
+                Some("read"),
+            ),
+            (
+                Some("scraper-secret"),
+                M::GET,
+                "/v1/runs".into(),
                 None,
                 403,
                 Some("read"),
