@@ -168,7 +168,11 @@ pub async fn decide<C: ConnectionTrait>(
     }
     // Normalise and choose.
     let mut staged = Vec::with_capacity(rows.len());
-    for row in rows {
+    for (n, row) in rows.into_iter().enumerate() {
+        // Normalising is CPU work: let the runtime's other tasks (live intake) in between.
+        if n % 8 == 7 {
+            tokio::task::yield_now().await;
+        }
         let (routing, note) = under.routing_for(db, &row).await?;
         let raw = row
             .raw_ref

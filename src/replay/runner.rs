@@ -2,8 +2,8 @@
 //! (`switchyard replay`), in bounded batches of ledger rows, oldest first, each recorded with
 //! the replay's progress in one short transaction, cancellable between batches.
 //!
-//! Live intake comes first: after every batch the replay sleeps at least as long as the batch
-//! took (at most half of one core), and waits while the intake writers have deliveries
+//! Live intake comes first: after every batch the replay sleeps twice as long as the batch
+//! took (at most a third of one core), and waits while the intake writers have deliveries
 //! queued, so a large replay does not take live intake's turns at the database.
 
 use std::collections::HashMap;
@@ -21,8 +21,9 @@ use crate::config::LoadedConfig;
 use crate::intake::{Delivery, Intake, ReplayLink};
 use crate::store::entities::{replay, replay_result};
 
-/// Ledger rows per diagnostic batch.
-const DIAGNOSTIC_BATCH: u64 = 256;
+/// Ledger rows per diagnostic batch: small, so one batch's decisions and its one write
+/// transaction never hold a runtime thread or the write lock long.
+const DIAGNOSTIC_BATCH: u64 = 64;
 /// Deliveries re-admitted per live batch (submitted together, so they share commits).
 const LIVE_BATCH: u64 = 64;
 /// The longest a batch waits for the intake writers' queues to drain.
@@ -353,10 +354,10 @@ impl Replayer {
         futures::future::join_all(submitted).await
     }
 
-    /// Gives live intake the database: sleeps as long as the batch took (at least 5 ms), then
-    /// waits (bounded) while intake writers have deliveries queued.
+    /// Gives live intake the database: sleeps twice as long as the batch took (at least 5 ms),
+    /// then waits (bounded) while intake writers have deliveries queued.
     async fn yield_to_intake(&self, batch_took: Duration) {
-        tokio::time::sleep(batch_took.max(Duration::from_millis(5))).await;
+        tokio::time::sleep((batch_took * 2).max(Duration::from_millis(5))).await;
         let Some(intake) = &self.intake else {
             return;
         };
