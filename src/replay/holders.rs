@@ -130,3 +130,64 @@ fn holds_of(run: &run::Model, history: &[run_history::Model]) -> Holds {
         spans,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use switchyard_router::entities::run::RunStatus;
+
+    use super::*;
+
+    fn run(id: &str, intake: &str, created: i64, status: RunStatus) -> run::Model {
+        run::Model {
+            id: id.into(),
+            tenant_id: "acme".into(),
+            workflow_id: "triage".into(),
+            target_entity_id: "T1".into(),
+            intake_id: intake.into(),
+            status,
+            fencing_token: 1,
+            lock_ttl_ms: 60_000,
+            created_at: created,
+            updated_at: created,
+            finished_at: None,
+            traceparent: None,
+            tracestate: None,
+        }
+    }
+
+    fn entry(run_id: &str, status: RunStatus, at: i64) -> run_history::Model {
+        run_history::Model::entry(run_id, status, "test", None, at)
+    }
+
+    #[test]
+    fn a_run_holds_from_creation_until_it_leaves_an_active_status_and_again_after_redispatch() {
+        let mut holders = Holders::default();
+        let first = run("r1", "i1", 100, RunStatus::Completed);
+        let history = [
+            entry("r1", RunStatus::Dispatched, 110),
+            entry("r1", RunStatus::DeadLettered, 200),
+            entry("r1", RunStatus::Queued, 300),
+            entry("r1", RunStatus::Completed, 400),
+        ];
+        let second = run("r2", "i5", 500, RunStatus::Dispatched);
+        holders.by_entity.insert(
+            ("acme".into(), "T1".into()),
+            vec![holds_of(&first, &history), holds_of(&second, &[])],
+        );
+        let at = |intake: &str, when: i64| holders.holder_at("acme", "T1", intake, when);
+        // Its own delivery never sees it; later ones do while it is active.
+        assert_eq!(at("i1", 100), None);
+        assert_eq!(
+            at("i2", 100),
+            Some("r1"),
+            "created in the same batch, earlier"
+        );
+        assert_eq!(at("i2", 199), Some("r1"));
+        assert_eq!(at("i3", 200), None, "dead-lettered: released");
+        assert_eq!(at("i3", 350), Some("r1"), "redispatched: held again");
+        assert_eq!(at("i4", 400), None, "finished");
+        assert_eq!(at("i6", 10_000), Some("r2"), "still active");
+        assert_eq!(holders.holder_at("acme", "T2", "i6", 10_000), None);
+        assert_eq!(holders.holder_at("globex", "T1", "i6", 10_000), None);
+    }
+}

@@ -592,6 +592,17 @@ triggers = [ { channel = "chat", event_type = "message", priority = 1 } ]
             assert_eq!(rows[0]["replay_of"], original, "{}", rows[0]);
             assert_eq!(rows[0]["run_id"], result["new_run_id"], "{}", rows[0]);
             assert_eq!(rows[0]["id"], result["new_intake_id"], "{}", rows[0]);
+            let console = super::console::Console::login(&daemon, super::harness::TOKEN).await;
+            let page = console
+                .page(&format!(
+                    "/ui/deliveries/{}",
+                    rows[0]["id"].as_str().unwrap_or("")
+                ))
+                .await;
+            assert!(
+                page.contains(&format!("live replay {replay_id} of delivery {original}")),
+                "{page}"
+            );
         }
         assert_eq!(daemon.runs("limit=100").await.len(), 6, "{backend:?}");
 

@@ -180,6 +180,12 @@ async fn a_shadow_sees_live_traffic_never_runs_and_its_counts_match_the_ledger()
             page.contains(&format!("/ui/deliveries/{}", urgent[0])),
             "{page}"
         );
+        let delivery = console.page(&format!("/ui/deliveries/{}", urgent[0])).await;
+        assert!(
+            delivery
+                .contains("vip would have taken it from triage; tagging is outranked by triage"),
+            "{delivery}"
+        );
 
         // The same counts, straight from the ledger.
         let direct = count(
