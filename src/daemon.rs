@@ -245,6 +245,15 @@ fn log_revision(live: &Live) {
         trigger_keys = live.index.len(),
         "config revision in force"
     );
+    let mut degraded: Vec<_> = live
+        .authority
+        .degraded(switchyard_router::now_millis())
+        .into_iter()
+        .collect();
+    degraded.sort_by(|a, b| a.0.cmp(b.0));
+    for (workflow_id, refusal) in degraded {
+        tracing::warn!(workflow_id, principal = %refusal.principal, reason = refusal.reason_word(), "live workflow is degraded: {refusal}; its events are recorded authority_unavailable");
+    }
     for target in &live.settings.targets {
         if let crate::config::ResolvedTarget::Http { config, .. } = target
             && config.insecure_skip_signature

@@ -1,7 +1,10 @@
 //! The Switchyard daemon: config, the intake pipeline, the HTTP server and the mailbox pollers,
 //! wired together. `main.rs` is only the command line; everything it runs lives here.
 
+pub mod audit;
+pub mod authority;
 mod background;
+pub mod bounds;
 pub mod commands;
 pub mod config;
 mod console;

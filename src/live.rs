@@ -7,6 +7,8 @@ use std::sync::{Arc, RwLock};
 use switchyard_core::Workflow;
 use switchyard_router::TriggerIndex;
 
+use crate::authority::Authority;
+use crate::bounds::RunBounds;
 use crate::config::{BUILTIN_PULL, ResolvedSource, ResolvedTarget, Settings};
 
 /// One config revision, ready to serve.
@@ -17,6 +19,10 @@ pub struct Live {
     /// The `shadow` workflows, indexed as if live (`shadow.rs`); `None` when there are none.
     pub shadows: Option<TriggerIndex>,
     pub workflows: Vec<Workflow>,
+    /// The principals workflows run as, and the check made at routing and dispatch.
+    pub authority: Authority,
+    /// Each workflow's principal, deadline and budgets, stamped on its new runs.
+    pub bounds: HashMap<String, RunBounds>,
     /// Sources by (kind, name).
     sources: HashMap<(&'static str, String), ResolvedSource>,
     /// Each workflow's target name.
@@ -28,6 +34,8 @@ impl Live {
         let workflows = settings.loaded.workflows();
         let index = TriggerIndex::build(settings.loaded.revision.clone(), &workflows);
         let shadows = TriggerIndex::build_shadows(settings.loaded.revision.clone(), &workflows);
+        let authority = Authority::new(&settings.loaded.config);
+        let bounds = RunBounds::of(&settings.loaded.config, &settings.loaded.targets());
         let sources = settings
             .loaded
             .config
@@ -51,6 +59,8 @@ impl Live {
             index,
             shadows,
             workflows,
+            authority,
+            bounds,
             sources,
             targets_by_workflow,
         }

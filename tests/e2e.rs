@@ -5,6 +5,8 @@ mod e2e {
     pub mod harness;
 
     mod access;
+    mod authority;
+    mod bounded_runs;
     mod browser;
     mod chaos;
     mod cli;

@@ -41,10 +41,17 @@ account_id = 22129848
 # because of the generator's clock: signatures are made per request with the current time.
 timestamp_tolerance = "1h"
 
+[[principal]]
+id = "acme-agent"
+tenant = "acme"
+kind = "service"
+status = "active"
+
 [[workflow]]
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [
   {{ channel = "webhook", event_type = "ticket.created", priority = 100 }},
   {{ channel = "web_form", event_type = "ticket.created", priority = 100 }},
@@ -54,6 +61,7 @@ triggers = [
 id = "tagging"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ {{ channel = "webhook", event_type = "ticket.created", priority = 50 }} ]
 "#
     )
@@ -77,12 +85,19 @@ const CHANNELS: [&str; 5] = ["webhook", "slack", "email", "web_form", "chat"];
 /// A config with `count` live workflows over 100 tenants, two triggers each.
 pub fn many_workflows_config(database_url: &str, count: usize) -> String {
     let mut text = load_config(database_url, "full");
+    for tenant in 0..count.min(100) {
+        let _ = write!(
+            text,
+            "\n[[principal]]\nid = \"tenant-{tenant:03}-agent\"\ntenant = \"tenant-{tenant:03}\"\n\
+             kind = \"service\"\nstatus = \"active\"\n"
+        );
+    }
     for i in 0..count {
         let tenant = i % 100;
         let (a, b) = (i % EVENT_TYPES.len(), (i / 7) % EVENT_TYPES.len());
         let _ = write!(
             text,
-            "\n[[workflow]]\nid = \"wf-{i:05}\"\ntenant = \"tenant-{tenant:03}\"\nstatus = \"live\"\n\
+            "\n[[workflow]]\nid = \"wf-{i:05}\"\ntenant = \"tenant-{tenant:03}\"\nstatus = \"live\"\nrun_as = \"tenant-{tenant:03}-agent\"\n\
              lock_ttl = \"10m\"\ntriggers = [\n  {{ channel = \"{}\", event_type = \"{}\", priority = {} }},\n  \
              {{ channel = \"{}\", event_type = \"{}\", priority = {} }},\n]\n",
             CHANNELS[i % CHANNELS.len()],
@@ -159,5 +174,16 @@ mod tests {
         let text = many_workflows_config("sqlite://x.db", 50);
         let value: toml::Value = toml::from_str(&text).expect("TOML");
         assert_eq!(value["workflow"].as_array().map(Vec::len), Some(52));
+        // Every live workflow runs as a principal of its own tenant (the daemon refuses
+        // anything else).
+        let principals = value["principal"].as_array().expect("principals");
+        for workflow in value["workflow"].as_array().expect("workflows") {
+            let run_as = workflow["run_as"].as_str().expect("run_as");
+            let principal = principals
+                .iter()
+                .find(|p| p["id"].as_str() == Some(run_as))
+                .expect("a defined principal");
+            assert_eq!(principal["tenant"], workflow["tenant"], "{run_as}");
+        }
     }
 }

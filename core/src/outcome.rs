@@ -25,12 +25,14 @@ pub enum Outcome {
     UnauthorizedSource,
     /// A declared ceiling was reached.
     RateLimited,
+    /// The winning workflow's principal is missing, suspended, expired or lacks a capability.
+    AuthorityUnavailable,
     /// Processing failed past its retry bound; kept for replay.
     DeadLettered,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Routed,
         Outcome::NoTriggerMatch,
         Outcome::EntityLocked,
@@ -39,6 +41,7 @@ impl Outcome {
         Outcome::InvalidEvent,
         Outcome::UnauthorizedSource,
         Outcome::RateLimited,
+        Outcome::AuthorityUnavailable,
         Outcome::DeadLettered,
     ];
 
@@ -53,6 +56,7 @@ impl Outcome {
             Outcome::InvalidEvent => "invalid_event",
             Outcome::UnauthorizedSource => "unauthorized_source",
             Outcome::RateLimited => "rate_limited",
+            Outcome::AuthorityUnavailable => "authority_unavailable",
             Outcome::DeadLettered => "dead_lettered",
         }
     }

@@ -28,6 +28,31 @@ pub struct RunInfo {
     pub intake_id: String,
     /// 1 for the first attempt of this dispatch series, counting up.
     pub attempt: u32,
+    /// The principal whose authority the run acts under, as the revision in force defines it
+    /// at dispatch: the worker authorises each tool call against its capabilities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<PrincipalInfo>,
+    /// When the run must have finished (RFC 3339 UTC with milliseconds); past it the run
+    /// ends `failed` (`deadline_exceeded`) and a late finish is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// Limits recorded when the run was created: `max_attempts` (dispatch) and the workflow's
+    /// own numeric keys, which heartbeat and finish report `usage` against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budgets: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// A principal as a worker sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PrincipalInfo {
+    /// Principal id (`run_as` of the workflow when the run was routed).
+    pub id: String,
+    /// Tenant it acts for (always the run's tenant).
+    pub tenant: String,
+    /// `service` or `delegated`.
+    pub kind: String,
+    /// Capability names it holds.
+    pub capabilities: Vec<String>,
 }
 
 /// The `data` of a run message: the run and the event that started it.

@@ -9,6 +9,7 @@ mod m0003_binary_keys;
 mod m0004_lease_expiry_index;
 mod m0005_trace_context;
 mod m0006_config_revisions;
+mod m0008_authority;
 mod m0010_replays;
 
 pub use m0001_initial::KEY_LEN;
@@ -26,6 +27,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0004_lease_expiry_index::Migration),
             Box::new(m0005_trace_context::Migration),
             Box::new(m0006_config_revisions::Migration),
+            Box::new(m0008_authority::Migration),
             Box::new(m0010_replays::Migration),
         ]
     }

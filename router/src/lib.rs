@@ -5,7 +5,9 @@
 //! - [`LockBatch`]: entity leases for a batch of events decided inside one transaction.
 //! - [`runs`]: the run lifecycle after routing (heartbeat, finish, listing).
 //! - [`outbox`]: dispatch claims, attempts, dead letters, redispatch, the lease keep-alive.
+//! - [`bounded`]: ending runs past their authority, deadline or budget; usage; the deadline timer.
 
+pub mod bounded;
 pub mod entities;
 mod index;
 mod lock_batch;

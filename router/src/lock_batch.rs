@@ -207,6 +207,15 @@ impl LockBatch {
             // Set by the caller from its delivery (the router never sees one).
             traceparent: None,
             tracestate: None,
+            // Set by the caller from the revision (the router knows no principals).
+            config_revision: None,
+            principal_id: None,
+            deadline_at: None,
+            budgets: None,
+            run_usage: None,
+            end_reason: None,
+            worker_version: None,
+            subject_version: None,
         });
         Decision::Routed {
             run_id,
@@ -469,6 +478,14 @@ mod tests {
             finished_at: Some(1),
             traceparent: None,
             tracestate: None,
+            config_revision: None,
+            principal_id: None,
+            deadline_at: None,
+            budgets: None,
+            run_usage: None,
+            end_reason: None,
+            worker_version: None,
+            subject_version: None,
         };
         let cases = [
             ("released", lease("E", None, 4, NOW - 1), Ok(5)),

@@ -970,6 +970,7 @@ pub async fn redispatch(
         .col_expr(run::Column::FencingToken, token.into())
         .col_expr(run::Column::UpdatedAt, now.into())
         .col_expr(run::Column::FinishedAt, Option::<i64>::None.into())
+        .col_expr(run::Column::EndReason, Option::<String>::None.into())
         .filter(run::Column::Id.eq(run_id))
         .exec(&txn)
         .await?;
@@ -1006,6 +1007,7 @@ pub async fn redispatch(
     run.fencing_token = token;
     run.updated_at = now;
     run.finished_at = None;
+    run.end_reason = None;
     Ok(Redispatched::Queued {
         run: Box::new(run),
         dispatch_id: dispatch.id,

@@ -9,6 +9,7 @@ use sea_orm::{
 };
 
 use crate::Millis;
+use crate::bounded::{Overrun, Report, Usage, account, end_active, past_deadline};
 use crate::entities::dispatch::{self, DispatchStatus};
 use crate::entities::entity_lock;
 use crate::entities::run::{self, RunStatus};
@@ -20,8 +21,26 @@ pub enum RunError {
     NotFound(String),
     #[error("run `{run_id}` is already {}", status.as_str())]
     AlreadyFinished { run_id: String, status: RunStatus },
-    #[error("`{}` is not a status a worker can finish with (use completed, failed or cancelled)", .0.as_str())]
+    #[error("`{}` is not a status a worker can finish with (use completed, failed, cancelled or superseded)", .0.as_str())]
     NotFinal(RunStatus),
+    #[error(
+        "a `superseded` finish needs `subject_version`: the version of the subject that made the run unnecessary"
+    )]
+    SupersededWithoutVersion,
+    #[error("`usage.{key}` names no budget of this run (its budgets: {})", if known.is_empty() { "none".to_owned() } else { known.join(", ") })]
+    UnknownUsage { key: String, known: Vec<String> },
+    #[error("`usage.{key}` must be a finite number of at least 0, not {amount}")]
+    BadUsage { key: String, amount: f64 },
+    /// The daemon ended the run (now or before) because it passed a bound: `budget_exhausted`
+    /// or `deadline_exceeded`.
+    #[error("run `{run_id}` ended {reason}: {detail}")]
+    Overrun {
+        run_id: String,
+        reason: &'static str,
+        detail: String,
+        /// Whether this call ended it (else it had ended before).
+        ended_now: bool,
+    },
     #[error("run `{0}` no longer holds its entity lease")]
     LeaseLost(String),
     #[error("run `{run_id}` holds fencing token {current}, not {given}: this holder is stale")]
@@ -114,15 +133,58 @@ fn lease_of(run: &run::Model) -> Condition {
         .add(entity_lock::Column::FencingToken.eq(run.fencing_token))
 }
 
-/// Extends an active run's lease by its workflow's lock TTL from `now`.
+/// Ends `run` for `overrun` in `txn`, commits, and returns the refusal the worker gets.
+async fn overrun(
+    txn: DatabaseTransaction,
+    run: &run::Model,
+    overrun: Overrun,
+    now: Millis,
+) -> Result<Lease, RunError> {
+    let detail = overrun.detail();
+    end_active(
+        &txn,
+        run,
+        RunStatus::Failed,
+        overrun.reason(),
+        Some(detail.clone()),
+        now,
+    )
+    .await?;
+    txn.commit().await?;
+    Err(RunError::Overrun {
+        run_id: run.id.clone(),
+        reason: overrun.reason(),
+        detail,
+        ended_now: true,
+    })
+}
+
+/// Extends an active run's lease by its workflow's lock TTL from `now`, adding `usage` to its
+/// running totals. A run past its deadline, or whose totals pass a budget, is ended `failed`
+/// instead ([`RunError::Overrun`]).
 pub async fn heartbeat(
     db: &DatabaseConnection,
     run_id: &str,
     fencing_token: i64,
+    usage: &Usage,
     now: Millis,
 ) -> Result<Lease, RunError> {
     let txn = begin_write(db).await?;
     let run = active_run(&txn, run_id, fencing_token).await?;
+    if let Some(late) = past_deadline(&run, now) {
+        return overrun(txn, &run, late, now).await;
+    }
+    let (totals, exhausted) = account(&run, usage)?;
+    if totals != run.run_usage {
+        run::Entity::update_many()
+            .col_expr(run::Column::RunUsage, totals.clone().into())
+            .filter(run::Column::Id.eq(run.id.as_str()))
+            .exec(&txn)
+            .await?;
+    }
+    if let Some(exhausted) = exhausted {
+        return overrun(txn, &run, exhausted, now).await;
+    }
     let expires_at = now.saturating_add(run.lock_ttl_ms);
     let updated = entity_lock::Entity::update_many()
         .col_expr(entity_lock::Column::ExpiresAt, expires_at.into())
@@ -167,37 +229,138 @@ pub async fn heartbeat(
 
 /// Moves an active run to a final status and releases its lease (if it still holds it). The
 /// lease row stays, so the next holder's fencing token is larger. A dispatch still pending is
-/// closed: `delivered` if a pull worker holds a claim on it, else `cancelled`.
+/// closed: `delivered` if a pull worker holds a claim on it, else `cancelled`. The report's
+/// usage is added to the run's totals, its versions recorded. A finish after the run's deadline
+/// is recorded in its history as late and not applied ([`RunError::Overrun`]).
 pub async fn finish(
     db: &DatabaseConnection,
     run_id: &str,
     fencing_token: i64,
     status: RunStatus,
+    report: &Report,
     now: Millis,
 ) -> Result<run::Model, RunError> {
     if !matches!(
         status,
-        RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled | RunStatus::Superseded
     ) {
         return Err(RunError::NotFinal(status));
     }
+    if status == RunStatus::Superseded && report.subject_version.is_none() {
+        return Err(RunError::SupersededWithoutVersion);
+    }
     let txn = begin_write(db).await?;
-    let mut run = active_run(&txn, run_id, fencing_token).await?;
+    let mut run = match active_run(&txn, run_id, fencing_token).await {
+        Err(RunError::AlreadyFinished {
+            run_id,
+            status: ended,
+        }) => {
+            return finished_late(txn, &run_id, ended, status, now).await;
+        }
+        other => other?,
+    };
+    if let Some(late) = past_deadline(&run, now) {
+        let detail = late.detail();
+        end_active(
+            &txn,
+            &run,
+            RunStatus::Failed,
+            late.reason(),
+            Some(detail.clone()),
+            now,
+        )
+        .await?;
+        return finished_late(txn, &run.id, RunStatus::Failed, status, now)
+            .await
+            .map_err(|error| match error {
+                RunError::Overrun {
+                    run_id,
+                    reason,
+                    detail,
+                    ..
+                } => RunError::Overrun {
+                    run_id,
+                    reason,
+                    detail,
+                    ended_now: true,
+                },
+                other => other,
+            });
+    }
+    let (totals, _) = account(&run, &report.usage)?;
     run::Entity::update_many()
         .col_expr(run::Column::Status, status.as_str().into())
         .col_expr(run::Column::UpdatedAt, now.into())
         .col_expr(run::Column::FinishedAt, now.into())
+        .col_expr(run::Column::RunUsage, totals.clone().into())
+        .col_expr(
+            run::Column::WorkerVersion,
+            report.worker_version.clone().into(),
+        )
+        .col_expr(
+            run::Column::SubjectVersion,
+            report.subject_version.clone().into(),
+        )
         .filter(run::Column::Id.eq(run.id.as_str()))
         .exec(&txn)
         .await?;
+    run.run_usage = totals;
+    run.worker_version.clone_from(&report.worker_version);
+    run.subject_version.clone_from(&report.subject_version);
     release_lease(&txn, &run, now).await?;
     close_dispatch(&txn, &run.id, now).await?;
-    crate::outbox::history(&txn, &run.id, status, "finished", None, now).await?;
+    let detail = report
+        .subject_version
+        .as_ref()
+        .map(|version| format!("superseded by subject version {version}"));
+    crate::outbox::history(&txn, &run.id, status, "finished", detail, now).await?;
     txn.commit().await?;
     run.status = status;
     run.updated_at = now;
     run.finished_at = Some(now);
     Ok(run)
+}
+
+/// Records a finish that came after the run ended for its deadline (now or before): a history
+/// entry, the run unchanged. A run that ended otherwise is [`RunError::AlreadyFinished`].
+async fn finished_late(
+    txn: DatabaseTransaction,
+    run_id: &str,
+    ended: RunStatus,
+    reported: RunStatus,
+    now: Millis,
+) -> Result<run::Model, RunError> {
+    let run = get(&txn, run_id)
+        .await?
+        .ok_or_else(|| RunError::NotFound(run_id.to_owned()))?;
+    let Some(deadline) = run.deadline_at.filter(|d| *d <= now) else {
+        return Err(RunError::AlreadyFinished {
+            run_id: run.id,
+            status: ended,
+        });
+    };
+    let detail = format!(
+        "the worker finished it {} at {}, after its deadline {}: recorded, not applied",
+        reported.as_str(),
+        crate::millis_rfc3339(now),
+        crate::millis_rfc3339(deadline)
+    );
+    crate::outbox::history(
+        &txn,
+        &run.id,
+        ended,
+        "finished_late",
+        Some(detail.clone()),
+        now,
+    )
+    .await?;
+    txn.commit().await?;
+    Err(RunError::Overrun {
+        run_id: run.id,
+        reason: "deadline_exceeded",
+        detail,
+        ended_now: false,
+    })
 }
 
 /// Closes a run's pending dispatch when the run ends: nothing more to deliver.

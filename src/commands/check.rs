@@ -43,7 +43,26 @@ pub fn check(path: &Path) -> bool {
 /// The warnings (and unset secrets, which `serve` would refuse) of a parsed config.
 pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Report {
     let mut report = Report::default();
+    report.errors.extend(loaded.capability_gaps.iter().cloned());
     let config = &loaded.config;
+    let mut degraded: Vec<_> = crate::authority::Authority::new(config)
+        .degraded(switchyard_router::now_millis())
+        .into_iter()
+        .filter(|(_, refusal)| {
+            !matches!(
+                refusal.reason,
+                crate::authority::Reason::MissingCapabilities(_)
+            )
+        })
+        .map(|(workflow, refusal)| {
+            format!(
+                "live workflow `{workflow}` will not start runs: {refusal} (its events are \
+                 recorded authority_unavailable)"
+            )
+        })
+        .collect();
+    degraded.sort();
+    report.warnings.extend(degraded);
     let workflows = loaded.workflows();
 
     for tie in TriggerIndex::build(loaded.revision.clone(), &workflows).priority_ties() {

@@ -1,6 +1,6 @@
 //! The CLI's commands: `serve`, `migrate`, `check`, `route`, `replay`.
 
-mod check;
+pub(crate) mod check;
 mod replay;
 mod route;
 mod serve;

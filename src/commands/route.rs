@@ -123,6 +123,18 @@ pub async fn route(
     if explained.tie {
         println!("  note: a priority tie, broken by workflow id");
     }
+    // The winner's principal, as the file defines it now (a stored revision is explained by
+    // its routing alone).
+    if revision.is_none()
+        && let Err(refusal) = crate::authority::Authority::new(&loaded.config)
+            .check_workflow(&winner.workflow_id, switchyard_router::now_millis())
+    {
+        println!(
+            "outcome: authority_unavailable (`{}` would be chosen, but it runs as {refusal})",
+            winner.workflow_id
+        );
+        return Ok(());
+    }
 
     // The lock is read as it is now, whichever revision explains the choice.
     match lock_state(&loaded, &event.tenant_id, &event.target_entity_id).await {

@@ -1,6 +1,7 @@
 //! The admin's config file (`switchyard.toml`): its shape, validation, and the resolution of
 //! secrets named by environment variable into the [`Settings`] the daemon runs on.
 
+mod principals;
 mod retention;
 mod sources;
 mod targets;
@@ -16,6 +17,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use switchyard_core::Workflow;
 
+pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
 pub use sources::{ResolvedSource, SourceConfig};
 pub use targets::{
@@ -24,7 +26,7 @@ pub use targets::{
 };
 pub use telemetry::{OtlpEndpoint, TelemetryConfig};
 pub use tokens::{API_TOKEN_NAME, ResolvedToken, Scope, TokenConfig, resolve as resolve_tokens};
-pub use workflows::WorkflowConfig;
+pub use workflows::{MAX_ATTEMPTS, WorkflowConfig};
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
@@ -54,6 +56,9 @@ pub struct Config {
     /// Scoped bearer tokens for the admin API and the console.
     #[serde(default, rename = "token")]
     pub tokens: Vec<TokenConfig>,
+    /// The authorities workflows run as (`run_as`).
+    #[serde(default, rename = "principal")]
+    pub principals: Vec<PrincipalConfig>,
 }
 
 /// `[server]`.
@@ -233,6 +238,9 @@ pub struct LoadedConfig {
     /// First 16 hex digits of the file's SHA-256: the same file gives the same revision on
     /// every replica.
     pub revision: String,
+    /// Live workflows whose principal lacks a required capability: errors for `check`,
+    /// degraded workflows for a running daemon (`principals::capability_gaps`).
+    pub capability_gaps: Vec<String>,
 }
 
 impl LoadedConfig {
@@ -255,13 +263,16 @@ impl LoadedConfig {
             path: path.to_owned(),
             source,
         })?;
-        config.validate()?;
+        config.validate(text)?;
         let revision = hex::encode(&Sha256::digest(text.as_bytes())[..8]);
+        let capability_gaps =
+            principals::capability_gaps(&config.principals, &config.workflows, text);
         Ok(Self {
             config,
             path: path.to_owned(),
             base_dir,
             revision,
+            capability_gaps,
         })
     }
 
@@ -305,7 +316,7 @@ impl LoadedConfig {
 }
 
 impl Config {
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self, text: &str) -> Result<(), ConfigError> {
         let mut problems = Vec::new();
         let mut workflow_ids = HashSet::new();
         for workflow in &self.workflows {
@@ -381,6 +392,11 @@ impl Config {
         }
         problems.extend(self.retention.problems());
         problems.extend(tokens::problems(&self.tokens));
+        problems.extend(principals::problems(
+            &self.principals,
+            &self.workflows,
+            text,
+        ));
         if self.database.writers == Some(0) {
             problems.push("database.writers must be at least 1".into());
         }

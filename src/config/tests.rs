@@ -4,7 +4,17 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 
+/// The principals the workflows of these tests run as.
+const PRINCIPALS: &str = "[[principal]]\nid = \"t-agent\"\ntenant = \"t\"\nkind = \"service\"\n\
+                          status = \"active\"\n\n[[principal]]\nid = \"acme-agent\"\n\
+                          tenant = \"acme\"\nkind = \"service\"\nstatus = \"active\"\n\n";
+
 fn parse(text: &str) -> Result<LoadedConfig, ConfigError> {
+    parse_alone(&format!("{text}\n{PRINCIPALS}"))
+}
+
+/// Parses `text` without the tests' principals.
+fn parse_alone(text: &str) -> Result<LoadedConfig, ConfigError> {
     LoadedConfig::parse(
         text,
         Path::new("/etc/switchyard/switchyard.toml"),
@@ -29,7 +39,7 @@ fn env(name: &str) -> Option<String> {
 #[test]
 fn the_example_config_parses_and_resolves() {
     let text = include_str!("../../examples/switchyard.toml");
-    let loaded = parse(text).expect("example parses");
+    let loaded = parse_alone(text).expect("example parses");
     let settings = Settings::resolve(loaded, &env).expect("example resolves");
     assert_eq!(settings.api_token, "value-of-SWITCHYARD_API_TOKEN");
     assert!(!settings.loaded.workflows().is_empty());
@@ -37,7 +47,7 @@ fn the_example_config_parses_and_resolves() {
 
 #[test]
 fn the_all_sources_example_parses_and_resolves() {
-    let loaded = parse(include_str!("../../examples/all-sources.toml")).expect("parses");
+    let loaded = parse_alone(include_str!("../../examples/all-sources.toml")).expect("parses");
     let kinds: Vec<&str> = loaded
         .config
         .sources
@@ -77,7 +87,7 @@ fn unknown_keys_are_errors_naming_the_key_and_line() {
         "{text}"
     );
 
-    let error = parse("[[workflow]]\nid = \"a\"\ntenant = \"t\"\nstatus = \"live\"\ntriggers = []\nprioritee = 1\n")
+    let error = parse("[[workflow]]\nid = \"a\"\ntenant = \"t\"\nstatus = \"live\"\nrun_as = \"t-agent\"\ntriggers = []\nprioritee = 1\n")
         .expect_err("typo in a workflow");
     assert!(error.to_string().contains("prioritee"), "{error}");
 }
@@ -86,7 +96,7 @@ fn unknown_keys_are_errors_naming_the_key_and_line() {
 fn trigger_conditions_are_checked_at_load_and_errors_name_the_line() {
     let workflow = |when: &str| {
         format!(
-            "[[workflow]]\nid = \"a\"\ntenant = \"t\"\nstatus = \"live\"\ntriggers = [\n  \
+            "[[workflow]]\nid = \"a\"\ntenant = \"t\"\nstatus = \"live\"\nrun_as = \"t-agent\"\ntriggers = [\n  \
              {{ channel = \"webhook\", event_type = \"ticket.updated\", when = {when} }},\n]\n"
         )
     };
@@ -115,7 +125,7 @@ fn trigger_conditions_are_checked_at_load_and_errors_name_the_line() {
         let error = parse(&workflow(when)).expect_err(when).to_string();
         assert!(error.contains(needle), "{when}: {error}");
         assert!(
-            error.contains("line 6"),
+            error.contains("line 7"),
             "{when}: the line is named: {error}"
         );
     }
@@ -210,12 +220,14 @@ fn semantic_errors_are_all_reported_together() {
 id = "a"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "fax", event_type = "x", priority = 1 } ]
 
 [[workflow]]
 id = "a"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 lock_ttl = "0s"
 triggers = []
 
@@ -284,7 +296,7 @@ fn the_revision_is_the_file_digest() {
 fn targets_are_checked_and_workflows_must_name_a_defined_one() {
     let workflow = |target: &str| {
         format!(
-            "[[workflow]]\nid = \"w\"\ntenant = \"acme\"\nstatus = \"live\"\ntarget = \"{target}\"\n\
+            "[[workflow]]\nid = \"w\"\ntenant = \"acme\"\nstatus = \"live\"\nrun_as = \"acme-agent\"\ntarget = \"{target}\"\n\
              triggers = [ {{ channel = \"chat\", event_type = \"message\" }} ]\n"
         )
     };
@@ -426,5 +438,82 @@ fn token_typos_are_errors_naming_the_key_and_line() {
     assert!(
         unset.contains("secret_env names `OPS`, which is not set"),
         "{unset}"
+    );
+}
+
+#[test]
+fn live_workflows_need_a_principal_of_their_tenant_with_the_capabilities() {
+    let principals = "[[principal]]\nid = \"bot\"\ntenant = \"acme\"\nkind = \"service\"\n\
+                      status = \"active\"\ncapabilities = [\"ticket:write\"]\n\n\
+                      [[principal]]\nid = \"other\"\ntenant = \"globex\"\nkind = \"delegated\"\n\
+                      status = \"suspended\"\nvalid_until = 2030-01-01T00:00:00Z\n\n";
+    let workflow = |extra: &str| {
+        format!(
+            "{principals}[[workflow]]\nid = \"w\"\ntenant = \"acme\"\nstatus = \"live\"\n{extra}\
+             triggers = [ {{ channel = \"chat\", event_type = \"message\" }} ]\n"
+        )
+    };
+    let loaded = parse_alone(&workflow(
+        "run_as = \"bot\"\nrequires = [\"ticket:write\"]\ndeadline = \"1h\"\n\
+         budgets = { steps = 40, cost_usd = 2.5, max_attempts = 3 }\n",
+    ))
+    .expect("a valid binding");
+    let w = &loaded.config.workflows[0];
+    assert_eq!(w.deadline, Some(std::time::Duration::from_secs(3600)));
+    assert_eq!(w.budgets.get("cost_usd"), Some(&2.5));
+    assert_eq!(
+        loaded.config.principals[1].valid_until_millis(),
+        Some(1_893_456_000_000)
+    );
+    for (extra, needles) in [
+        (
+            "",
+            &["workflow `w` (line 16) is live but names no principal"][..],
+        ),
+        (
+            "run_as = \"nobody\"\n",
+            &["`run_as` names principal `nobody` (line 19), which is not defined"][..],
+        ),
+        (
+            "run_as = \"other\"\n",
+            &["runs as principal `other` of tenant `globex` (line 19)"][..],
+        ),
+        (
+            "run_as = \"bot\"\ndeadline = \"0s\"\nbudgets = { steps = -1, max_attempts = 1.5 }\n",
+            &[
+                "`deadline` must be longer than 0s",
+                "budget `steps` must be a number greater than 0",
+                "budget `max_attempts` must be a whole number",
+            ][..],
+        ),
+    ] {
+        let error = parse_alone(&workflow(extra)).expect_err(extra).to_string();
+        for needle in needles {
+            assert!(error.contains(needle), "{extra}: {error}");
+        }
+    }
+    // A missing capability loads (a running daemon degrades the workflow) but `check` says so.
+    let loaded = parse_alone(&workflow(
+        "run_as = \"bot\"\nrequires = [\"ticket:write\", \"ticket:delete\"]\n",
+    ))
+    .expect("loads");
+    assert_eq!(
+        loaded.capability_gaps,
+        [
+            "workflow `w` requires `ticket:delete` that principal `bot` does not hold (line 19): it \
+          will not start runs"
+        ]
+    );
+    let report = crate::commands::check::review(&loaded, &env);
+    assert_eq!(report.errors, loaded.capability_gaps);
+    // A draft may leave `run_as` out.
+    parse_alone(&workflow("").replace("\"live\"", "\"draft\"")).expect("a draft without run_as");
+    let bad_time = principals.replace("2030-01-01T00:00:00Z", "\"next tuesday\"");
+    let error = parse_alone(&bad_time)
+        .expect_err("bad valid_until")
+        .to_string();
+    assert!(
+        error.contains("principal `other`: `valid_until` `next tuesday` is not an RFC 3339 time"),
+        "{error}"
     );
 }

@@ -1,5 +1,6 @@
 //! `[[workflow]]` entries as admins write them.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -26,7 +27,27 @@ pub struct WorkflowConfig {
     pub target: Option<String>,
     /// The (channel, event_type) pairs it reacts to, each with a priority.
     pub triggers: Vec<TriggerConfig>,
+    /// The `[[principal]]` (of the same tenant) whose authority its runs act under; required
+    /// for a live workflow.
+    #[serde(default)]
+    pub run_as: Option<toml::Spanned<String>>,
+    /// Capabilities its principal must hold (e.g. `ticket:write`); checked at load, at
+    /// routing and at dispatch.
+    #[serde(default)]
+    pub requires: Vec<String>,
+    /// How long a run may take from routing to its finish (e.g. `1h`); past it the run ends
+    /// `failed` with `deadline_exceeded`. Unset: no deadline.
+    #[serde(default, with = "humantime_serde")]
+    pub deadline: Option<Duration>,
+    /// Limits recorded with each run and sent to its worker: `max_attempts` bounds dispatch
+    /// attempts (default: the target's own bound); every other key (e.g. `steps`,
+    /// `tool_calls`, `cost_usd`) is an opaque number the worker reports `usage` against.
+    #[serde(default)]
+    pub budgets: BTreeMap<String, f64>,
 }
+
+/// The budget key that bounds dispatch attempts (the others are the worker's to report).
+pub const MAX_ATTEMPTS: &str = "max_attempts";
 
 /// One trigger of a workflow.
 #[derive(Debug, Clone, Deserialize)]
@@ -63,6 +84,32 @@ impl WorkflowConfig {
         if self.lock_ttl == Some(Duration::ZERO) {
             problems.push(format!(
                 "workflow `{id}`: `lock_ttl` must be longer than 0s"
+            ));
+        }
+        if self.deadline == Some(Duration::ZERO) {
+            problems.push(format!(
+                "workflow `{id}`: `deadline` must be longer than 0s"
+            ));
+        }
+        for (key, limit) in &self.budgets {
+            if key.trim().is_empty() || key.len() > MAX_KEY_LEN {
+                problems.push(format!(
+                    "workflow `{id}`: budget names must be 1 to {MAX_KEY_LEN} bytes"
+                ));
+            } else if !limit.is_finite() || *limit <= 0.0 {
+                problems.push(format!(
+                    "workflow `{id}`: budget `{key}` must be a number greater than 0, not {limit}"
+                ));
+            } else if key == MAX_ATTEMPTS && (limit.fract() != 0.0 || *limit > f64::from(i32::MAX))
+            {
+                problems.push(format!(
+                    "workflow `{id}`: budget `max_attempts` must be a whole number, not {limit}"
+                ));
+            }
+        }
+        if self.requires.iter().any(|c| c.trim().is_empty()) {
+            problems.push(format!(
+                "workflow `{id}`: a capability in `requires` must not be empty"
             ));
         }
         // A shadow is evaluated on live traffic as if it were live: the same rules hold.

@@ -159,6 +159,8 @@ struct OnePage {
     dispatch: Vec<(&'static str, String)>,
     attempts: Vec<AttemptView>,
     history: Vec<HistoryView>,
+    /// The five audit questions, each with its answers.
+    audit: Vec<(&'static str, Vec<(&'static str, String)>)>,
     can_write: bool,
     active: bool,
     dead_lettered: bool,
@@ -183,6 +185,7 @@ async fn one(
         .filter(|run| viewer.principal.sees(&run.tenant_id))
         .ok_or_else(|| ConsoleError::not_found("run"))?;
     let (dispatch, attempts, history) = outbox::trail(&txn, &run).await?;
+    let audit = crate::audit::of(&txn, &run, &history).await?.sections();
     let lock = lifecycle::lock_of(&txn, &run.tenant_id, &run.target_entity_id).await?;
     txn.commit().await?;
     let now = now_millis();
@@ -283,6 +286,7 @@ async fn one(
         dispatch,
         attempts,
         history,
+        audit,
         can_write: viewer.principal.has(Scope::RunsWrite),
         active,
         dead_lettered: run.status == RunStatus::DeadLettered,
@@ -314,7 +318,15 @@ async fn finish(
     viewer.require(Scope::RunsWrite)?;
     let run = visible_run(&state, &viewer.principal, &id).await?;
     let status = parse_status(&form.status)?;
-    let finished = finish_run(&state, &viewer.principal, &id, run.fencing_token, status).await?;
+    let finished = finish_run(
+        &state,
+        &viewer.principal,
+        &id,
+        run.fencing_token,
+        status,
+        &switchyard_router::bounded::Report::default(),
+    )
+    .await?;
     Ok(Redirect::to(&format!(
         "/ui/runs/{}?done={}",
         finished.id,

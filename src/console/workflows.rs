@@ -36,10 +36,17 @@ struct Row {
     target: String,
     triggers: Vec<String>,
     lock_ttl: String,
+    /// The principal it runs as (in the revision in force; empty for past revisions).
+    run_as: String,
+    /// Why it starts no runs now (revision in force only): `authority_unavailable`'s reason.
+    degraded: Option<String>,
     /// (outcome, count) over the last 24 hours.
     outcomes: Vec<(String, i64)>,
     /// For a shadow workflow: what it would have done over the last 24 hours.
     shadow: Option<crate::shadow::ShadowStats>,
+    /// (run status, count) of its runs created in the last 24 hours: `superseded` apart from
+    /// `failed`.
+    runs: Vec<(String, i64)>,
 }
 
 #[derive(Debug)]
@@ -82,6 +89,19 @@ async fn page(
         now_millis() - 24 * 60 * 60 * 1000,
     )
     .await?;
+    let mut runs_by_workflow: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
+    for (workflow, status, n) in ledger::run_status_counts(
+        &state.db,
+        tenants.as_deref(),
+        now_millis() - 24 * 60 * 60 * 1000,
+    )
+    .await?
+    {
+        runs_by_workflow
+            .entry(workflow)
+            .or_default()
+            .push((status, n));
+    }
     let mut by_workflow: BTreeMap<Option<String>, Vec<(String, i64)>> = BTreeMap::new();
     for (workflow, outcome, n) in counts {
         by_workflow.entry(workflow).or_default().push((outcome, n));
@@ -100,10 +120,27 @@ async fn page(
         .content
         .clone()
         .visible_to(|t| viewer.principal.sees(t));
+    let in_force = revision.in_force_until.is_none() && revision.hash == live.revision();
+    let degraded = live.authority.degraded(now_millis());
     let rows = content
         .workflows
         .iter()
         .map(|w| Row {
+            run_as: if in_force {
+                live.authority
+                    .run_as(&w.workflow.id)
+                    .map(|p| format!("{} ({})", p.id, p.kind.as_str()))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            },
+            degraded: in_force
+                .then(|| {
+                    degraded
+                        .get(w.workflow.id.as_str())
+                        .map(ToString::to_string)
+                })
+                .flatten(),
             id: w.workflow.id.clone(),
             tenant: w.workflow.tenant_id.clone(),
             status: w.workflow.status.as_str().to_owned(),
@@ -121,6 +158,10 @@ async fn page(
                 .unwrap_or_default(),
             shadow: (w.workflow.status == switchyard_core::WorkflowStatus::Shadow)
                 .then(|| shadows.remove(&w.workflow.id).unwrap_or_default()),
+            runs: runs_by_workflow
+                .get(&w.workflow.id)
+                .cloned()
+                .unwrap_or_default(),
         })
         .collect();
     let listed = revisions::list(&state.db, None, 20).await?;

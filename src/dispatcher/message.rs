@@ -5,10 +5,11 @@ use std::collections::HashMap;
 
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 use switchyard_core::{Channel, Event};
-use switchyard_dispatch::{RunInfo, RunMessage};
+use switchyard_dispatch::{PrincipalInfo, RunInfo, RunMessage};
 use switchyard_router::outbox::ClaimedRun;
 use switchyard_router::{Millis, millis_rfc3339};
 
+use crate::authority::Authority;
 use crate::store::entities::intake;
 use crate::telemetry::DispatchSpan;
 
@@ -70,8 +71,20 @@ pub fn run_start(
     routed: Routed,
     now: Millis,
     trace: &DispatchSpan,
+    authority: &Authority,
 ) -> RunMessage {
     let run = &claimed.run;
+    let principal = run
+        .principal_id
+        .as_deref()
+        .and_then(|id| authority.principal(id))
+        .map(|p| PrincipalInfo {
+            id: p.id.clone(),
+            tenant: p.tenant.clone(),
+            kind: p.kind.as_str().to_owned(),
+            capabilities: p.capabilities.clone(),
+        });
+    let budgets = crate::bounds::budgets_of(run);
     let info = RunInfo {
         id: run.id.clone(),
         workflow_id: run.workflow_id.clone(),
@@ -82,6 +95,9 @@ pub fn run_start(
         config_revision: routed.config_revision,
         intake_id: run.intake_id.clone(),
         attempt: u32::try_from(claimed.dispatch.attempts).unwrap_or(0),
+        principal,
+        deadline: run.deadline_at.map(millis_rfc3339),
+        budgets: (!budgets.is_empty()).then_some(budgets),
     };
     let mut message = RunMessage::run_start(
         &claimed.dispatch.id,

@@ -6,6 +6,7 @@
 //! re-delivers under the same dispatch id once the claim lapses); nothing is ever dropped.
 //! Each daemon runs one; replicas share the outbox through `SKIP LOCKED` claims.
 
+mod deadlines;
 pub mod message;
 mod transports;
 
@@ -22,7 +23,7 @@ use switchyard_router::{Millis, millis_rfc3339, now_millis};
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
 use crate::background::Background;
-use crate::live::LiveConfig;
+use crate::live::{Live, LiveConfig};
 use crate::telemetry::DispatchSpan;
 use transports::{PushTarget, Transports};
 
@@ -134,6 +135,7 @@ async fn run(
     let recorder = tokio::spawn(record_all(db.clone(), queue, healths));
     let mut transports = Transports::default();
     let keeper = tokio::spawn(keep_alive(db.clone(), stopped.clone()));
+    let timer = tokio::spawn(deadlines::run(db.clone(), stopped.clone()));
     loop {
         if *stopped.borrow() {
             break;
@@ -152,7 +154,7 @@ async fn run(
             if free == 0 {
                 continue;
             }
-            match claim(&db, target, &owner, free).await {
+            match claim(&db, target, &owner, free, &current).await {
                 Ok(claimed) => {
                     more |= claimed.len() == free;
                     for (claimed, message, trace) in claimed {
@@ -167,9 +169,31 @@ async fn run(
                         let records = records.clone();
                         let owner = owner.clone();
                         let wake = wake.clone();
+                        let (db, live) = (db.clone(), live.clone());
                         tokio::spawn(async move {
-                            let recorded = deliver(&target, claimed, message, trace, owner).await;
-                            let _ = records.send(recorded).await;
+                            // Checked again at the last moment, against the revision in force
+                            // now: a suspension that came into force after the claim still
+                            // stops the run before its worker sees it. If the check cannot be
+                            // made, nothing is sent and the claim lapses (checked again then).
+                            let current = live.current();
+                            match crate::authority::revoke_if_refused(
+                                &db,
+                                &current.authority,
+                                &claimed.run,
+                                now_millis(),
+                            )
+                            .await
+                            {
+                                Ok(false) => {
+                                    let recorded =
+                                        deliver(&target, claimed, message, trace, owner).await;
+                                    let _ = records.send(recorded).await;
+                                }
+                                Ok(true) => trace.finish(crate::authority::REVOKED, None),
+                                Err(error) => {
+                                    tracing::warn!(run_id = %claimed.run.id, %error, "cannot check the run's principal before delivery; it is sent once its claim lapses and the check succeeds");
+                                }
+                            }
                             drop(target_permit);
                             drop(permit);
                             wake.dispatcher.notify_one();
@@ -201,6 +225,7 @@ async fn run(
     drop(records);
     let _ = recorder.await;
     let _ = keeper.await;
+    let _ = timer.await;
 }
 
 /// Keeps leases of runs waiting for delivery alive and resets lapsed pull claims, on its own
@@ -232,11 +257,21 @@ async fn claim(
     target: &PushTarget,
     owner: &str,
     limit: usize,
+    live: &Live,
 ) -> anyhow::Result<Vec<(ClaimedRun, Vec<u8>, DispatchSpan)>> {
     let now = now_millis();
     let claim_until = now.saturating_add(millis(target.claim_for));
-    let claimed =
+    let mut claimed =
         outbox::claim_push(db, &target.name, owner, limit as u64, now, claim_until).await?;
+    // The principal is checked again against the revision in force, before any worker sees
+    // the run: one whose principal was suspended meanwhile ends here, `authority_revoked`.
+    let mut allowed = Vec::with_capacity(claimed.len());
+    for run in claimed.drain(..) {
+        if !crate::authority::revoke_if_refused(db, &live.authority, &run.run, now).await? {
+            allowed.push(run);
+        }
+    }
+    let claimed = allowed;
     let refs: Vec<&ClaimedRun> = claimed.iter().collect();
     let mut events = message::events_of(db, &refs).await?;
     Ok(claimed
@@ -247,7 +282,7 @@ async fn claim(
                 return None;
             };
             let trace = DispatchSpan::start(&claimed.run, &target.name, claimed.dispatch.attempts);
-            let body = message::run_start(&claimed, routed, now, &trace).to_json();
+            let body = message::run_start(&claimed, routed, now, &trace, &live.authority).to_json();
             Some((claimed, body, trace))
         })
         .collect())
@@ -276,6 +311,12 @@ async fn deliver(
     let failed_attempts = u32::try_from(claimed.dispatch.attempts).unwrap_or(u32::MAX);
     let (verdict, result) = match &attempt.result {
         AttemptResult::Delivered => (Verdict::Delivered, "delivered".to_owned()),
+        AttemptResult::Retry(_) if failed_attempts >= budgeted_attempts(&claimed.run) => (
+            Verdict::DeadLetter {
+                reason: "max_attempts",
+            },
+            "retry".to_owned(),
+        ),
         AttemptResult::Retry(hint) => {
             match target.schedule.next_delay(failed_attempts, hint, jitter()) {
                 Some(delay) => (
@@ -376,6 +417,14 @@ async fn record_all(
         }
         batch.clear();
     }
+}
+
+/// The run's `max_attempts` budget (no bound for runs that recorded none).
+fn budgeted_attempts(run: &switchyard_router::entities::run::Model) -> u32 {
+    crate::bounds::budgets_of(run)
+        .get(crate::config::MAX_ATTEMPTS)
+        .and_then(serde_json::Value::as_u64)
+        .map_or(u32::MAX, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 fn millis(duration: Duration) -> Millis {

@@ -336,12 +336,26 @@ async fn workflows(
     } else {
         Default::default()
     };
+    let degraded = live.authority.degraded(switchyard_router::now_millis());
     let workflows: Vec<Value> = live
         .workflows
         .iter()
         .filter(|w| principal.sees(&w.tenant_id))
         .map(|w| {
-            let mut view = serde_json::to_value(w).unwrap_or(Value::Null);
+            let mut view = serde_json::to_value(w).unwrap_or_default();
+            if let Some(run_as) = live.authority.run_as(&w.id) {
+                view["run_as"] = json!(run_as.id);
+            }
+            // A live workflow whose principal may not act starts nothing: say so, never
+            // "live" alone.
+            if let Some(refusal) = degraded.get(w.id.as_str()) {
+                view["degraded"] = json!({
+                    "outcome": "authority_unavailable",
+                    "principal": refusal.principal,
+                    "reason": refusal.reason_word(),
+                    "detail": refusal.to_string(),
+                });
+            }
             if w.status == switchyard_core::WorkflowStatus::Shadow {
                 view["shadow"] = serde_json::to_value(shadows.remove(&w.id).unwrap_or_default())
                     .unwrap_or(Value::Null);

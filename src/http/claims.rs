@@ -91,8 +91,50 @@ async fn claim(
         // Registered before looking, so a commit between the look and the wait still wakes us.
         let woken = state.wake.pull.notified();
         let targets = pull_targets(&state);
-        let claims =
-            outbox::claim_pull(&state.db, &targets, &request.workflows, max, now_millis()).await?;
+        let now = now_millis();
+        let claimed = outbox::claim_pull(&state.db, &targets, &request.workflows, max, now).await?;
+        let any_claimed = !claimed.is_empty();
+        // The principal is checked again before the worker sees the run (`authority_revoked`).
+        let live = state.live.current();
+        let mut claims = Vec::with_capacity(claimed.len());
+        for claim in claimed {
+            let revoked = crate::authority::revoke_if_refused(
+                &state.db,
+                &live.authority,
+                &claim.claimed.run,
+                now,
+            )
+            .await
+            .map_err(super::runs::run_error)?;
+            if revoked {
+                continue;
+            }
+            // The run's own `max_attempts` budget, when lower than the target's `max_claims`.
+            let budget = crate::bounds::budgets_of(&claim.claimed.run)
+                .get(crate::config::MAX_ATTEMPTS)
+                .and_then(Value::as_i64)
+                .unwrap_or(i64::MAX);
+            if i64::from(claim.claimed.dispatch.attempts) > budget {
+                let detail = format!("claimed {budget} times without finishing (its budget)");
+                switchyard_router::bounded::end(
+                    &state.db,
+                    &claim.claimed.run.id,
+                    switchyard_router::entities::run::RunStatus::DeadLettered,
+                    "max_attempts",
+                    Some(detail),
+                    now,
+                )
+                .await
+                .map_err(super::runs::run_error)?;
+                crate::metrics::metrics().run_finished("dead_lettered");
+                continue;
+            }
+            claims.push(claim);
+        }
+        if any_claimed && claims.is_empty() {
+            // Every run claimed was revoked: look again at once for others.
+            continue;
+        }
         if !claims.is_empty() {
             return Ok(Json(
                 json!({ "claims": claim_views(&state, claims).await? }),
@@ -128,6 +170,7 @@ async fn claim_views(state: &AppState, claims: Vec<PullClaim>) -> Result<Vec<Val
     let refs: Vec<&ClaimedRun> = claims.iter().map(|c| &c.claimed).collect();
     let mut events = message::events_of(&state.db, &refs).await?;
     let now = now_millis();
+    let live = state.live.current();
     let mut views = Vec::with_capacity(claims.len());
     for claim in claims {
         let Some(routed) = events.remove(&claim.claimed.run.intake_id) else {
@@ -141,7 +184,7 @@ async fn claim_views(state: &AppState, claims: Vec<PullClaim>) -> Result<Vec<Val
             &claim.claimed.dispatch.target,
             claim.claimed.dispatch.attempts,
         );
-        let run_message = message::run_start(&claim.claimed, routed, now, &trace);
+        let run_message = message::run_start(&claim.claimed, routed, now, &trace, &live.authority);
         trace.finish("claimed", None);
         tracing::info!(run_id = %claim.claimed.run.id, dispatch_id = %claim.claimed.dispatch.id, attempt = claim.claimed.dispatch.attempts, "run claimed by a pull worker");
         views.push(json!({

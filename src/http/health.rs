@@ -52,8 +52,28 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
             "sources": sources,
             "targets": targets,
             "unhealthy_sources": unhealthy.into_iter().map(|(name, _)| name).collect::<Vec<_>>(),
+            "degraded_workflows": degraded_workflows(&state),
         })),
     )
+}
+
+/// Live workflows that start no runs because their principal may not act, with why (a
+/// detail, not a readiness failure: the daemon still records every event).
+fn degraded_workflows(state: &AppState) -> Value {
+    let live = state.live.current();
+    let mut degraded: Vec<(&str, String)> = live
+        .authority
+        .degraded(now_millis())
+        .into_iter()
+        .map(|(workflow, refusal)| (workflow, refusal.to_string()))
+        .collect();
+    degraded.sort();
+    degraded
+        .into_iter()
+        .map(|(workflow, detail)| {
+            json!({"workflow_id": workflow, "outcome": "authority_unavailable", "detail": detail})
+        })
+        .collect()
 }
 
 /// Each target in force with its delivery health and outbox backlog.

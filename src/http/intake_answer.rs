@@ -31,7 +31,8 @@ pub fn status_of(outcome: Outcome, style: Style) -> StatusCode {
         | Outcome::NoTriggerMatch
         | Outcome::EntityLocked
         | Outcome::Duplicate
-        | Outcome::Ineligible => StatusCode::OK,
+        | Outcome::Ineligible
+        | Outcome::AuthorityUnavailable => StatusCode::OK,
     }
 }
 

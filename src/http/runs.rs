@@ -8,6 +8,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use switchyard_router::bounded::{Report, Usage};
 use switchyard_router::entities::run::{self, RunStatus};
 use switchyard_router::now_millis;
 use switchyard_router::outbox::{self, Redispatched};
@@ -58,11 +59,50 @@ struct RunView {
     traceparent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tracestate: Option<String>,
+    /// The config revision that routed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config_revision: Option<String>,
+    /// Whose authority it acts under: the principal id and the revision that defined it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    principal: Option<Value>,
+    /// When it must have finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadline: Option<String>,
+    /// Its budgets, recorded at creation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budgets: Option<Value>,
+    /// What its worker reported using (running totals).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Value>,
+    /// Why it ended, when the daemon ended it or the worker said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_reason: Option<String>,
+    /// The worker's version, as reported on finish.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_version: Option<String>,
+    /// For a superseded run: the subject version that made it unnecessary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject_version: Option<String>,
 }
 
 impl From<run::Model> for RunView {
     fn from(run: run::Model) -> Self {
+        let json = |text: &Option<String>| {
+            text.as_deref()
+                .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        };
         Self {
+            principal: run
+                .principal_id
+                .as_ref()
+                .map(|id| json!({"id": id, "config_revision": run.config_revision})),
+            deadline: run.deadline_at.map(millis_to_rfc3339),
+            budgets: json(&run.budgets),
+            usage: json(&run.run_usage),
+            config_revision: run.config_revision,
+            end_reason: run.end_reason,
+            worker_version: run.worker_version,
+            subject_version: run.subject_version,
             created_at: millis_to_rfc3339(run.created_at),
             updated_at: millis_to_rfc3339(run.updated_at),
             finished_at: run.finished_at.map(millis_to_rfc3339),
@@ -123,8 +163,11 @@ async fn get_run(
         .filter(|run| principal.sees(&run.tenant_id))
         .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))?;
     let (dispatch, attempts, history) = outbox::trail(&txn, &run).await?;
+    let audit = crate::audit::of(&txn, &run, &history).await?;
     txn.commit().await?;
     let mut view = serde_json::to_value(RunView::from(run)).unwrap_or_default();
+    // The five questions of an audit, each answered from what was recorded at the time.
+    view["audit"] = serde_json::to_value(audit).unwrap_or_default();
     view["dispatch"] = dispatch.map_or(Value::Null, |d| {
         json!({
             "id": d.id,
@@ -192,6 +235,9 @@ pub(crate) async fn read_snapshot(
 struct HeartbeatRequest {
     /// The fencing token from the run message.
     fencing_token: i64,
+    /// What the worker used since its last report, by budget key; added to the run's totals.
+    #[serde(default)]
+    usage: Usage,
 }
 
 async fn heartbeat(
@@ -203,9 +249,15 @@ async fn heartbeat(
     principal.require(Scope::RunsWrite)?;
     visible_run(&state, &principal, &id).await?;
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let lease = lifecycle::heartbeat(&state.db, &id, request.fencing_token, now_millis())
-        .await
-        .map_err(run_error)?;
+    let lease = lifecycle::heartbeat(
+        &state.db,
+        &id,
+        request.fencing_token,
+        &request.usage,
+        now_millis(),
+    )
+    .await
+    .map_err(ended_by_daemon)?;
     tracing::info!(run_id = %id, expires_at = lease.expires_at, "run heartbeat extended its lease");
     Ok(Json(json!({
         "run_id": id,
@@ -217,10 +269,19 @@ async fn heartbeat(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FinishRequest {
-    /// `completed`, `failed` or `cancelled`.
+    /// `completed`, `failed`, `cancelled` or `superseded`.
     status: String,
     /// The fencing token from the run message.
     fencing_token: i64,
+    /// What the worker used since its last report, by budget key.
+    #[serde(default)]
+    usage: Usage,
+    /// The worker's own version: which code ran.
+    #[serde(default)]
+    worker_version: Option<String>,
+    /// For `superseded` (required there): the subject version that made the run unnecessary.
+    #[serde(default)]
+    subject_version: Option<String>,
 }
 
 async fn finish(
@@ -233,7 +294,33 @@ async fn finish(
     visible_run(&state, &principal, &id).await?;
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let status = parse_status(&request.status)?;
-    let run = finish_run(&state, &principal, &id, request.fencing_token, status).await?;
+    for (field, value) in [
+        ("worker_version", &request.worker_version),
+        ("subject_version", &request.subject_version),
+    ] {
+        if value
+            .as_ref()
+            .is_some_and(|v| v.is_empty() || v.len() > 256)
+        {
+            return Err(ApiError::BadRequest(format!(
+                "`{field}` must be 1 to 256 bytes"
+            )));
+        }
+    }
+    let report = Report {
+        usage: request.usage,
+        worker_version: request.worker_version,
+        subject_version: request.subject_version,
+    };
+    let run = finish_run(
+        &state,
+        &principal,
+        &id,
+        request.fencing_token,
+        status,
+        &report,
+    )
+    .await?;
     Ok(Json(RunView::from(run)))
 }
 
@@ -244,10 +331,11 @@ pub(crate) async fn finish_run(
     id: &str,
     fencing_token: i64,
     status: RunStatus,
+    report: &Report,
 ) -> Result<run::Model, ApiError> {
-    let run = lifecycle::finish(&state.db, id, fencing_token, status, now_millis())
+    let run = lifecycle::finish(&state.db, id, fencing_token, status, report, now_millis())
         .await
-        .map_err(run_error)?;
+        .map_err(ended_by_daemon)?;
     crate::metrics::metrics().run_finished(run.status.as_str());
     tracing::info!(run_id = %run.id, tenant_id = %run.tenant_id, status = run.status.as_str(), token = %principal.name, "run finished and released its lock");
     Ok(run)
@@ -297,8 +385,33 @@ async fn redispatch(
     }
 }
 
+/// [`run_error`], counting the runs the daemon ended for a bound in the metrics.
+fn ended_by_daemon(error: RunError) -> ApiError {
+    if let RunError::Overrun {
+        run_id,
+        reason,
+        ended_now,
+        ..
+    } = &error
+    {
+        if *ended_now {
+            crate::metrics::metrics().run_finished("failed");
+        }
+        tracing::warn!(run_id = %run_id, reason, "run ended: {error}");
+    }
+    run_error(error)
+}
+
 pub(crate) fn run_error(error: RunError) -> ApiError {
     match error {
+        RunError::Overrun { reason, .. } => ApiError::Refused {
+            status: StatusCode::CONFLICT,
+            error: reason,
+            detail: error.to_string(),
+        },
+        RunError::SupersededWithoutVersion
+        | RunError::UnknownUsage { .. }
+        | RunError::BadUsage { .. } => ApiError::BadRequest(error.to_string()),
         RunError::NotFound(_) => ApiError::NotFound(error.to_string()),
         RunError::LeaseLost(_) | RunError::StaleToken { .. } => ApiError::Refused {
             status: StatusCode::CONFLICT,

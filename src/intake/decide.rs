@@ -11,6 +11,7 @@ use switchyard_router::entities::{entity_lock, run_history};
 use switchyard_router::{Choice, Decision, LockBatch, LockChanges, Millis};
 
 use super::{Answer, Delivery, DeliveryBody};
+use crate::authority::Refusal;
 use crate::live::Live;
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
 
@@ -27,12 +28,15 @@ pub(super) struct Lookups<'a> {
     pub leases: Vec<(String, String)>,
     /// Each delivery's choice (workflow, or why none), in batch order.
     choices: Vec<Choice>,
+    /// Deliveries (by batch index) whose chosen workflow's principal may not act: recorded
+    /// `authority_unavailable`, no lease looked up. Empty (no allocation) while all are fine.
+    refused: Vec<(usize, std::sync::Arc<str>, Refusal)>,
 }
 
 impl<'a> Lookups<'a> {
     pub fn needed(deliveries: &[&'a Delivery], live: &Live) -> Self {
         // Conditions are evaluated here, after the index lookup, on the normalised payload.
-        let choices: Vec<Choice> = deliveries
+        let mut choices: Vec<Choice> = deliveries
             .iter()
             .map(|d| match &d.body {
                 DeliveryBody::Route(event) => live.index.choose_for(
@@ -44,6 +48,7 @@ impl<'a> Lookups<'a> {
                 _ => Choice::NoTrigger,
             })
             .collect();
+        let refused = refuse_unauthorised(&mut choices, live);
         let leases = deliveries
             .iter()
             .zip(&choices)
@@ -65,8 +70,30 @@ impl<'a> Lookups<'a> {
                 .collect(),
             leases,
             choices,
+            refused,
         }
     }
+}
+
+/// Takes the choice away from every delivery whose winning workflow's principal may not act
+/// now (the next candidate is not tried: the winner is not started, and says why).
+fn refuse_unauthorised(
+    choices: &mut [Choice],
+    live: &Live,
+) -> Vec<(usize, std::sync::Arc<str>, Refusal)> {
+    let now = switchyard_router::now_millis();
+    let mut refused = Vec::new();
+    for (i, choice) in choices.iter_mut().enumerate() {
+        if let Choice::Chosen(candidate) = choice
+            && let Some(refusal) = live
+                .authority
+                .refusal_at_routing(&candidate.workflow_id, now)
+        {
+            refused.push((i, candidate.workflow_id.clone(), refusal));
+            *choice = Choice::NoTrigger;
+        }
+    }
+    refused
 }
 
 /// What the store held for a batch's [`Lookups`].
@@ -120,7 +147,8 @@ pub(super) fn decide(
     let mut ledger = Vec::with_capacity(deliveries.len());
     let mut raw = Vec::new();
     let mut cursors: HashMap<SourceKey, mailbox_cursor::Model> = HashMap::new();
-    for (delivery, choice) in deliveries.iter().zip(&lookups.choices) {
+    let mut refused = lookups.refused.iter().peekable();
+    for (i, (delivery, choice)) in deliveries.iter().zip(&lookups.choices).enumerate() {
         if let Some(cursor) = &delivery.cursor {
             cursors.insert(
                 (delivery.source.clone(), cursor.mailbox.clone()),
@@ -148,6 +176,20 @@ pub(super) fn decide(
         }
         let intake_id = delivery.intake_id.to_string();
         let mut row = match &delivery.body {
+            DeliveryBody::Route(event) if refused.peek().is_some_and(|(at, ..)| *at == i) => {
+                let (_, workflow_id, refusal) = refused.next().expect("peeked");
+                let fields = Fields {
+                    outcome: Outcome::AuthorityUnavailable,
+                    detail: Some(format!(
+                        "workflow `{workflow_id}` runs as {refusal} ({})",
+                        refusal.reason_word()
+                    )),
+                    run_id: None,
+                    workflow_id: Some(workflow_id.to_string()),
+                    held_by_run_id: None,
+                };
+                ledger_row(delivery, Some(event), fields, live, now)
+            }
             DeliveryBody::Route(event) => {
                 let decision = locks.route(
                     &event.tenant_id,
@@ -206,6 +248,7 @@ pub(super) fn decide(
     }
     let mut locks = locks.into_changes();
     carry_trace(&mut locks, deliveries);
+    crate::bounds::stamp(&mut locks.new_runs, live.revision(), &live.bounds, now);
     let (dispatches, history) = outbox(&locks, live, now);
     Decided {
         answers,

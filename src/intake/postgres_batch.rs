@@ -213,10 +213,12 @@ WITH created AS ( \
 ), new_runs AS ( \
     INSERT INTO runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, \
                       fencing_token, lock_ttl_ms, created_at, updated_at, finished_at, \
-                      traceparent, tracestate) \
+                      traceparent, tracestate, config_revision, principal_id, deadline_at, \
+                      budgets) \
     SELECT * FROM UNNEST($13::text[], $14::text[], $15::text[], $16::text[], $17::text[], \
                          $18::text[], $19::int8[], $20::int8[], $21::int8[], $22::int8[], \
-                         $23::int8[], $69::text[], $70::text[]) \
+                         $23::int8[], $69::text[], $70::text[], $73::text[], $74::text[], \
+                         $75::int8[], $76::text[]) \
 ), raw AS ( \
     INSERT INTO raw_deliveries (id, source, content_type, body, received_at) \
     SELECT * FROM UNNEST($24::text[], $25::text[], $26::text[], $27::bytea[], $28::int8[]) \
@@ -341,6 +343,10 @@ async fn write(
         .bind(take(&mut runs, |r| r.tracestate.take()))
         .bind(take(&mut ledger, |r| r.traceparent.take()))
         .bind(take(&mut ledger, |r| r.tracestate.take()))
+        .bind(take(&mut runs, |r| r.config_revision.take()))
+        .bind(take(&mut runs, |r| r.principal_id.take()))
+        .bind(take(&mut runs, |r| r.deadline_at))
+        .bind(take(&mut runs, |r| r.budgets.take()))
         .execute(&mut **txn)
         .await
         .map_err(db_err)?;

@@ -296,7 +296,8 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
         txn,
         "INSERT INTO runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, \
          fencing_token, lock_ttl_ms, created_at, updated_at, finished_at, traceparent, \
-         tracestate) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+         tracestate, config_revision, principal_id, deadline_at, budgets) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         &locks.new_runs,
         |insert, run| {
             insert.execute(params![
@@ -313,6 +314,10 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
                 run.finished_at,
                 run.traceparent,
                 run.tracestate,
+                run.config_revision,
+                run.principal_id,
+                run.deadline_at,
+                run.budgets,
             ])
         },
     )?;

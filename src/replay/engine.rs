@@ -15,6 +15,7 @@ use switchyard_router::{Choice, TriggerIndex};
 
 use super::holders::Holders;
 use super::normalize::{Renormalized, renormalize};
+use crate::authority::Authority;
 use crate::config::{LoadedConfig, SourceConfig};
 use crate::intake::DeliveryBody;
 use crate::store::entities::{intake, raw_delivery};
@@ -28,6 +29,11 @@ pub struct Routing {
     pub label: String,
     pub index: TriggerIndex,
     pub sources: Arc<[SourceConfig]>,
+    /// The principals the winners run as (`authority_unavailable` at the delivery's time).
+    pub authority: Arc<Authority>,
+    /// Check only workflows `authority` binds: a stored past revision keeps no principals, so
+    /// its workflows are checked against the principals in force when they still exist.
+    pub bound_only: bool,
 }
 
 impl Routing {
@@ -37,6 +43,7 @@ impl Routing {
             &loaded.revision,
             &loaded.workflows(),
             loaded.config.sources.clone().into(),
+            Arc::new(Authority::new(&loaded.config)),
         )
     }
 
@@ -45,12 +52,30 @@ impl Routing {
         revision: &str,
         workflows: &[Workflow],
         sources: Arc<[SourceConfig]>,
+        authority: Arc<Authority>,
     ) -> Self {
         Self {
             label,
             index: TriggerIndex::build(revision.to_owned(), workflows),
             sources,
+            authority,
+            bound_only: false,
         }
+    }
+
+    /// Why the winner `workflow_id` could not start a run at `at`, if it could not.
+    fn refusal(&self, workflow_id: &str, at: i64) -> Option<String> {
+        if self.bound_only && self.authority.run_as(workflow_id).is_none() {
+            return None;
+        }
+        self.authority
+            .refusal_at_routing(workflow_id, at)
+            .map(|refusal| {
+                format!(
+                    "workflow `{workflow_id}` runs as {refusal} ({})",
+                    refusal.reason_word()
+                )
+            })
     }
 }
 
@@ -63,6 +88,7 @@ pub enum Under {
     Original {
         revisions: HashMap<String, Option<Arc<Routing>>>,
         sources: Arc<[SourceConfig]>,
+        authority: Arc<Authority>,
         fallback: Arc<Routing>,
     },
     /// One revision for every delivery (`current` or a candidate).
@@ -74,6 +100,7 @@ impl Under {
         Under::Original {
             revisions: HashMap::new(),
             sources: fallback.sources.clone(),
+            authority: fallback.authority.clone(),
             fallback: Arc::new(fallback),
         }
     }
@@ -89,17 +116,21 @@ impl Under {
             Under::Original {
                 revisions,
                 sources,
+                authority,
                 fallback,
             } => {
                 let hash = &row.config_revision;
                 if !revisions.contains_key(hash) {
                     let stored = revisions::by_hash(db, hash).await?.map(|stored| {
-                        Arc::new(Routing::new(
+                        let mut routing = Routing::new(
                             format!("original {hash}"),
                             hash,
                             &stored.content.domain_workflows(),
                             sources.clone(),
-                        ))
+                            authority.clone(),
+                        );
+                        routing.bound_only = true;
+                        Arc::new(routing)
                     });
                     revisions.insert(hash.clone(), stored);
                 }
@@ -201,11 +232,11 @@ pub async fn decide<C: ConnectionTrait>(
             .into_iter()
             .flatten()
             .collect::<Vec<_>>();
-        staged.push((row, normalized, choice, note));
+        staged.push((row, normalized, choice, note, routing));
     }
     let lock_keys = staged
         .iter()
-        .filter_map(|(_, n, choice, _)| match (&n.body, choice) {
+        .filter_map(|(_, n, choice, ..)| match (&n.body, choice) {
             (DeliveryBody::Route(event), Choice::Chosen(_)) => {
                 Some((event.tenant_id.clone(), event.target_entity_id.clone()))
             }
@@ -217,7 +248,7 @@ pub async fn decide<C: ConnectionTrait>(
         .await?;
     let message_keys: Vec<(&str, &str)> = staged
         .iter()
-        .filter_map(|(row, n, _, _)| Some((row.source.as_str(), n.message_key.as_deref()?)))
+        .filter_map(|(row, n, ..)| Some((row.source.as_str(), n.message_key.as_deref()?)))
         .collect();
     let ledger_claims = if message_keys.is_empty() {
         HashMap::new()
@@ -226,7 +257,7 @@ pub async fn decide<C: ConnectionTrait>(
     };
 
     let mut replayed = Vec::with_capacity(staged.len());
-    for (row, normalized, choice, mut notes) in staged {
+    for (row, normalized, choice, mut notes, routing) in staged {
         let Renormalized {
             body,
             message_key,
@@ -273,19 +304,26 @@ pub async fn decide<C: ConnectionTrait>(
                     }
                     (DeliveryBody::Route(event), Choice::Chosen(candidate)) => {
                         let workflow = Some(candidate.workflow_id.to_string());
-                        match memory.holders.holder_at(
+                        let holder = memory.holders.holder_at(
                             &event.tenant_id,
                             &event.target_entity_id,
                             &row.id,
                             row.decided_at,
+                        );
+                        match (
+                            routing.refusal(&candidate.workflow_id, row.decided_at),
+                            holder,
                         ) {
-                            Some(holder) => (
+                            (Some(refusal), _) => {
+                                (Outcome::AuthorityUnavailable, workflow, None, Some(refusal))
+                            }
+                            (None, Some(holder)) => (
                                 Outcome::EntityLocked,
                                 workflow,
                                 Some(holder.to_owned()),
                                 None,
                             ),
-                            None => (Outcome::Routed, workflow, None, None),
+                            (None, None) => (Outcome::Routed, workflow, None, None),
                         }
                     }
                 }
@@ -296,8 +334,10 @@ pub async fn decide<C: ConnectionTrait>(
             memory.claims.insert(key, row.id.clone());
         }
         let differs = outcome.as_str() != row.outcome
-            || (matches!(outcome, Outcome::Routed | Outcome::EntityLocked)
-                && workflow_id != row.workflow_id);
+            || (matches!(
+                outcome,
+                Outcome::Routed | Outcome::EntityLocked | Outcome::AuthorityUnavailable
+            ) && workflow_id != row.workflow_id);
         if differs {
             notes.insert(
                 0,

@@ -152,6 +152,14 @@ mod tests {
             finished_at: None,
             traceparent: None,
             tracestate: None,
+            config_revision: None,
+            principal_id: None,
+            deadline_at: None,
+            budgets: None,
+            run_usage: None,
+            end_reason: None,
+            worker_version: None,
+            subject_version: None,
         }
     }
 

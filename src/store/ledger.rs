@@ -179,3 +179,29 @@ pub async fn outcome_counts<C: ConnectionTrait>(
         .all(db)
         .await
 }
+
+/// Runs created since `since` (Unix ms), by workflow and status, of `tenants` (`None`: every
+/// tenant): how each workflow's runs ended (a `superseded` run is not a failure), for the
+/// console. Bounded by the UUIDv7 primary key, not a scan.
+pub async fn run_status_counts<C: ConnectionTrait>(
+    db: &C,
+    tenants: Option<&[String]>,
+    since: i64,
+) -> Result<Vec<(String, String, i64)>, DbErr> {
+    use switchyard_router::entities::run;
+    if tenants.is_some_and(<[String]>::is_empty) {
+        return Ok(Vec::new());
+    }
+    let mut query = run::Entity::find()
+        .select_only()
+        .column(run::Column::WorkflowId)
+        .column(run::Column::Status)
+        .column_as(run::Column::Id.count(), "n")
+        .filter(run::Column::Id.gte(crate::retention::cutoff_id(since)))
+        .group_by(run::Column::WorkflowId)
+        .group_by(run::Column::Status);
+    if let Some(tenants) = tenants {
+        query = query.filter(run::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
+    }
+    query.into_tuple::<(String, String, i64)>().all(db).await
+}

@@ -21,6 +21,24 @@ pub struct RevisionContent {
     pub workflows: Vec<RevisionWorkflow>,
     pub sources: Vec<Part>,
     pub targets: Vec<Part>,
+    /// The principals workflows ran as under this revision (none in revisions stored before
+    /// principals existed): whose authority a run of this revision acted under.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub principals: Vec<RevisionPrincipal>,
+}
+
+/// A principal as a revision defined it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevisionPrincipal {
+    pub id: String,
+    pub tenant: String,
+    pub kind: String,
+    pub status: String,
+    /// Unix ms after which it was expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_until: Option<i64>,
+    #[serde(default)]
+    pub capabilities: Vec<String>,
 }
 
 /// A workflow with its triggers and target.
@@ -29,6 +47,11 @@ pub struct RevisionWorkflow {
     #[serde(flatten)]
     pub workflow: Workflow,
     pub target: String,
+    /// The principal it ran as, and what it required of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<String>,
 }
 
 /// A source or target: its kind, name and (for sources) tenants.
@@ -50,6 +73,20 @@ impl RevisionContent {
             .map(|w| RevisionWorkflow {
                 workflow: w.to_workflow(),
                 target: w.target.clone().unwrap_or_else(|| BUILTIN_PULL.to_owned()),
+                run_as: w.run_as.as_ref().map(|r| r.get_ref().clone()),
+                requires: w.requires.clone(),
+            })
+            .collect();
+        let principals = config
+            .principals
+            .iter()
+            .map(|p| RevisionPrincipal {
+                id: p.id.clone(),
+                tenant: p.tenant.clone(),
+                kind: p.kind.as_str().to_owned(),
+                status: p.status.as_str().to_owned(),
+                valid_until: p.valid_until_millis(),
+                capabilities: p.capabilities.clone(),
             })
             .collect();
         let sources = config
@@ -75,6 +112,7 @@ impl RevisionContent {
             workflows,
             sources,
             targets,
+            principals,
         }
     }
 
@@ -90,6 +128,7 @@ impl RevisionContent {
         let used: Vec<String> = self.workflows.iter().map(|w| w.target.clone()).collect();
         self.targets.retain(|t| used.contains(&t.name));
         self.sources.retain(|s| s.tenants.iter().any(|t| sees(t)));
+        self.principals.retain(|p| sees(&p.tenant));
         self
     }
 }

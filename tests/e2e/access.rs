@@ -53,12 +53,14 @@ pub const WORKFLOWS: &str = r#"
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 100 } ]
 
 [[workflow]]
 id = "globex-triage"
 tenant = "globex"
 status = "live"
+run_as = "globex-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 10 } ]
 "#;
 

@@ -26,6 +26,7 @@ signing_secret_env = "CHAOS_SECRET"
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [
   { channel = "webhook", event_type = "ticket.created", priority = 100 },
   { channel = "web_form", event_type = "ticket.created", priority = 100 },

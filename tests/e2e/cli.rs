@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use super::harness::{Backend, Daemon, TestDb, binary, config, event};
+use super::harness::{Backend, Daemon, PRINCIPALS, TestDb, binary, config, event};
 use super::spine::WORKED_EXAMPLE;
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
@@ -55,7 +55,7 @@ fn check_refuses_typos_naming_the_line_and_unset_secrets() {
         "{out}"
     );
 
-    std::fs::write(&path, WORKED_EXAMPLE).expect("write");
+    std::fs::write(&path, format!("{PRINCIPALS}{WORKED_EXAMPLE}")).expect("write");
     let (ok, out) = run(
         &["check", "--config", path.to_str().unwrap_or_default()],
         &[],
@@ -64,7 +64,7 @@ fn check_refuses_typos_naming_the_line_and_unset_secrets() {
     assert!(out.contains("SWITCHYARD_API_TOKEN"), "{out}");
 
     let duplicate = format!(
-        "{WORKED_EXAMPLE}\n[[workflow]]\nid = \"triage\"\ntenant = \"x\"\nstatus = \"draft\"\ntriggers = []\n"
+        "{PRINCIPALS}{WORKED_EXAMPLE}\n[[workflow]]\nid = \"triage\"\ntenant = \"x\"\nstatus = \"draft\"\ntriggers = []\n"
     );
     std::fs::write(&path, duplicate).expect("write");
     let (ok, out) = run(
@@ -85,16 +85,24 @@ fn check_warns_about_ties_and_triggers_no_source_produces() {
     std::fs::write(
         &path,
         r#"
+[[principal]]
+id = "acme-agent"
+tenant = "acme"
+kind = "service"
+status = "active"
+
 [[workflow]]
 id = "b"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "chat", event_type = "x", priority = 7 } ]
 
 [[workflow]]
 id = "a"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "chat", event_type = "x", priority = 7 }, { channel = "slack", event_type = "message", priority = 1 } ]
 "#,
     )
@@ -238,5 +246,64 @@ fn version_names_the_commit_and_a_bad_config_exits_78() {
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("listen_typo"),
         "the error names the key"
+    );
+}
+
+/// A suspended principal is a warning for `check` (the file is valid: suspending is how an
+/// admin stops a workflow's authority) and `route` says the winner would not start; a missing
+/// capability is an error.
+#[test]
+fn check_and_route_name_a_principal_that_may_not_act() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("suspended.toml");
+    let file = |status: &str, requires: &str| {
+        format!(
+            "[[principal]]\nid = \"bot\"\ntenant = \"acme\"\nkind = \"service\"\n\
+             status = \"{status}\"\ncapabilities = [\"ticket:write\"]\n\n[[workflow]]\n\
+             id = \"triage\"\ntenant = \"acme\"\nstatus = \"live\"\nrun_as = \"bot\"\n\
+             requires = [{requires}]\n\
+             triggers = [ {{ channel = \"chat\", event_type = \"x\", priority = 7 }} ]\n"
+        )
+    };
+    std::fs::write(&path, file("suspended", "\"ticket:write\"")).expect("write");
+    let config = path.to_str().unwrap_or_default();
+    let (ok, out) = run(
+        &["check", "--config", config],
+        &[("SWITCHYARD_API_TOKEN", "t")],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(
+            "warning: live workflow `triage` will not start runs: principal `bot` is suspended"
+        ),
+        "{out}"
+    );
+    let event_path = dir.path().join("event.json");
+    std::fs::write(&event_path, event("chat", "x", "acme", "E-1").to_string()).expect("write");
+    let (ok, out) = run(
+        &[
+            "route",
+            "--config",
+            config,
+            "--event",
+            event_path.to_str().unwrap_or_default(),
+        ],
+        &[],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("outcome: authority_unavailable (`triage` would be chosen, but it runs as principal `bot` is suspended)"),
+        "{out}"
+    );
+
+    std::fs::write(&path, file("active", "\"ticket:write\", \"ticket:delete\"")).expect("write");
+    let (ok, out) = run(
+        &["check", "--config", config],
+        &[("SWITCHYARD_API_TOKEN", "t")],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("error: workflow `triage` requires `ticket:delete` that principal `bot` does not hold (line 12)"),
+        "{out}"
     );
 }

@@ -35,6 +35,7 @@ channel = "chat"
 id = "blobs"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [
     { channel = "webhook", event_type = "com.example.someevent", priority = 10 },
     { channel = "chat", event_type = "com.example.someevent", priority = 10 },

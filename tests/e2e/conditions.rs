@@ -14,6 +14,7 @@ const SETUP: &str = r#"
 id = "escalate"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [
   { channel = "webhook", event_type = "ticket.updated", priority = 100, when = { any = [
     { field = "priority", equals = "urgent" },
@@ -25,6 +26,7 @@ triggers = [
 id = "billing"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [
   { channel = "webhook", event_type = "ticket.updated", priority = 50, when = { all = [
     { field = "group", in = ["billing", "finance"] },

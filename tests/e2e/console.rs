@@ -15,12 +15,14 @@ pub const CONSOLE_WORKFLOWS: &str = r#"
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 100 } ]
 
 [[workflow]]
 id = "tagging"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 50 } ]
 
 [[workflow]]
@@ -33,6 +35,7 @@ triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 10
 id = "globex-triage"
 tenant = "globex"
 status = "live"
+run_as = "globex-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 10 } ]
 "#;
 

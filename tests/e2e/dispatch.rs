@@ -35,6 +35,7 @@ const WORKFLOW: &str = r#"
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 target = "worker"
 triggers = [ { channel = "chat", event_type = "message", priority = 1 } ]
 "#;

@@ -102,6 +102,7 @@ poll_interval = "200ms"
 id = "mail-triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [
   {{ channel = "email", event_type = "email.received", priority = 10 }},
   {{ channel = "email", event_type = "email.reply", priority = 10 }},

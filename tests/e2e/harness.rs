@@ -176,10 +176,27 @@ pub struct Daemon {
     client: reqwest::Client,
 }
 
-/// Config text for a daemon on `db` with extra tables (workflows, sources) appended.
+/// The principals the tests' live workflows run as (`run_as = "<tenant>-agent"`): an active
+/// service principal for each tenant the tests use.
+pub const PRINCIPALS: &str = r#"
+[[principal]]
+id = "acme-agent"
+tenant = "acme"
+kind = "service"
+status = "active"
+
+[[principal]]
+id = "globex-agent"
+tenant = "globex"
+kind = "service"
+status = "active"
+"#;
+
+/// Config text for a daemon on `db` with extra tables (workflows, sources) appended, and the
+/// tests' [`PRINCIPALS`].
 pub fn config(db: &TestDb, rest: &str) -> String {
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\napi_token_env = \"SWITCHYARD_API_TOKEN\"\n\n{}\n{rest}",
+        "[server]\nlisten = \"127.0.0.1:0\"\napi_token_env = \"SWITCHYARD_API_TOKEN\"\n\n{}\n{PRINCIPALS}\n{rest}",
         db.config_section()
     )
 }

@@ -14,6 +14,7 @@ const SHORT_LEASES: &str = r#"
 id = "fast"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 lock_ttl = "2s"
 triggers = [ { channel = "chat", event_type = "message", priority = 1 } ]
 "#;

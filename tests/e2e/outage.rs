@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use sea_orm::ConnectionTrait;
 
-use super::harness::{Backend, Daemon, TOKEN, TestDb, config, event};
+use super::harness::{Backend, Daemon, PRINCIPALS, TOKEN, TestDb, config, event};
 use super::spine::WORKED_EXAMPLE;
 
 #[tokio::test]
@@ -152,7 +152,7 @@ async fn a_hanging_database_is_answered_503_within_the_intake_timeout() {
     let proxy = StallingProxy::start("127.0.0.1:5432").await;
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\napi_token_env = \"SWITCHYARD_API_TOKEN\"\n\
-         intake_timeout = \"500ms\"\n\n[database]\nurl = \"postgres://postgres@{}/{name}\"\n{WORKED_EXAMPLE}",
+         intake_timeout = \"500ms\"\n\n[database]\nurl = \"postgres://postgres@{}/{name}\"\n{PRINCIPALS}{WORKED_EXAMPLE}",
         proxy.addr
     );
     let daemon = Daemon::start(&db, &text, &[]).await;

@@ -21,6 +21,7 @@ fn workflow(target: Option<&str>, targets: &str) -> String {
 id = "work"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 {target}triggers = [ {{ channel = "webhook", event_type = "job.created", priority = 10 }} ]
 "#
     )

@@ -11,6 +11,7 @@ const ADDED: &str = r#"
 id = "updates"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.updated", priority = 5 } ]
 "#;
 
@@ -57,7 +58,7 @@ async fn a_valid_edit_takes_effect_and_an_invalid_one_is_refused() {
     assert_eq!(ledger[1]["config_revision"], first_revision.as_str());
 
     // A typo: refused, logged, and the second revision stays in force.
-    daemon.reload(&format!("{original}\n{ADDED}\n[[workflow]]\nid = \"bad\"\ntenant = \"acme\"\nstatus = \"live\"\ntriggers = []\nprioritee = 3\n"));
+    daemon.reload(&format!("{original}\n{ADDED}\n[[workflow]]\nid = \"bad\"\ntenant = \"acme\"\nstatus = \"live\"\nrun_as = \"acme-agent\"\ntriggers = []\nprioritee = 3\n"));
     assert!(
         daemon
             .wait_for_log("the new config was refused", Duration::from_secs(5))

@@ -61,6 +61,7 @@ insecure_skip_signature = true
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 target = "worker"
 triggers = [ {{ channel = "webhook", event_type = "ticket.created", priority = 100 }} ]
 
@@ -68,6 +69,7 @@ triggers = [ {{ channel = "webhook", event_type = "ticket.created", priority = 1
 id = "comment-reply"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 target = "worker"
 triggers = [ {{ channel = "webhook", event_type = "ticket.comment_added", priority = 50 }} ]
 
@@ -75,6 +77,7 @@ triggers = [ {{ channel = "webhook", event_type = "ticket.comment_added", priori
 id = "slack-triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 target = "worker"
 triggers = [ {{ channel = "slack", event_type = "message", priority = 10 }} ]
 "#
@@ -87,6 +90,7 @@ const VIP: &str = r#"
 id = "vip-triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 target = "worker"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 200 } ]
 "#;
@@ -549,6 +553,7 @@ async fn a_live_replay_twice_makes_one_new_run_per_delivery_linked_back() {
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "chat", event_type = "message", priority = 1 } ]
 "#,
         );
@@ -648,6 +653,7 @@ async fn a_large_replay_reports_progress_and_stops_when_cancelled() {
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "chat", event_type = "message", priority = 1 } ]
 "#,
         );

@@ -23,6 +23,7 @@ interval = "200ms"
 id = "work"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 lock_ttl = "1h"
 triggers = [ { channel = "chat", event_type = "message", priority = 1 } ]
 "#;

@@ -13,6 +13,7 @@ const WORKFLOWS: &str = r#"
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "chat", event_type = "message", priority = 100 } ]
 
 [[workflow]]

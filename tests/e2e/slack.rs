@@ -47,18 +47,21 @@ urgent_keywords = ["urgent"]
 id = "slack-triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "slack", event_type = "message", priority = 10 } ]
 
 [[workflow]]
 id = "slack-incident"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "slack", event_type = "urgent_message", priority = 100 } ]
 
 [[workflow]]
 id = "slack-mention"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "slack", event_type = "app_mention", priority = 10 } ]
 "#;
 

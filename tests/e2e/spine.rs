@@ -12,12 +12,14 @@ pub const WORKED_EXAMPLE: &str = r#"
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 100 } ]
 
 [[workflow]]
 id = "tagging"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 50 } ]
 
 [[workflow]]
@@ -36,6 +38,7 @@ triggers = [ { channel = "webhook", event_type = "ticket.updated", priority = 10
 id = "globex-triage"
 tenant = "globex"
 status = "live"
+run_as = "globex-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.solved", priority = 10 } ]
 "#;
 

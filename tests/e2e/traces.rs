@@ -341,6 +341,7 @@ signing_secret_env = "{SECRET_ENV}"
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 target = "worker"
 triggers = [ {{ channel = "chat", event_type = "message", priority = 1 }} ]
 
@@ -348,6 +349,7 @@ triggers = [ {{ channel = "chat", event_type = "message", priority = 1 }} ]
 id = "pulled"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ {{ channel = "chat", event_type = "pull_me", priority = 1 }} ]
 "#
     )
@@ -602,6 +604,7 @@ create_stream = true
 id = "bused"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 target = "bus"
 triggers = [ {{ channel = "chat", event_type = "message", priority = 1 }} ]
 
@@ -609,6 +612,7 @@ triggers = [ {{ channel = "chat", event_type = "message", priority = 1 }} ]
 id = "pulled"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ {{ channel = "chat", event_type = "pull_me", priority = 1 }} ]
 "#,
         collector.url

@@ -33,24 +33,28 @@ account_id = 22129848
 id = "triage"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 100 } ]
 
 [[workflow]]
 id = "comment-reply"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.comment_added", priority = 50 } ]
 
 [[workflow]]
 id = "ticket-updates"
 tenant = "acme"
 status = "live"
+run_as = "acme-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.updated", priority = 10 } ]
 
 [[workflow]]
 id = "globex-triage"
 tenant = "globex"
 status = "live"
+run_as = "globex-agent"
 triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 1000 } ]
 "#;
 

@@ -2,7 +2,7 @@
 
 use switchyard_core::{Channel, Event};
 use switchyard_dispatch::message::{CONTENT_TYPE, RUN_START};
-use switchyard_dispatch::{RunInfo, RunMessage};
+use switchyard_dispatch::{PrincipalInfo, RunInfo, RunMessage};
 
 fn sample(traceparent: Option<String>) -> RunMessage {
     let run = RunInfo {
@@ -15,6 +15,16 @@ fn sample(traceparent: Option<String>) -> RunMessage {
         config_revision: "rev-7".into(),
         intake_id: "intake_01J9Z3JX".into(),
         attempt: 1,
+        principal: Some(PrincipalInfo {
+            id: "acme-triage-bot".into(),
+            tenant: "acme".into(),
+            kind: "service".into(),
+            capabilities: vec!["ticket:write".into()],
+        }),
+        deadline: Some("2026-01-02T04:04:05.678Z".into()),
+        budgets: serde_json::json!({"max_attempts": 8, "steps": 40, "cost_usd": 2.5})
+            .as_object()
+            .cloned(),
     };
     let event = Event {
         channel: Channel::Webhook,

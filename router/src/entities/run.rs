@@ -28,6 +28,10 @@ pub enum RunStatus {
     /// `redispatch` may start a new attempt series.
     #[sea_orm(string_value = "dead_lettered")]
     DeadLettered,
+    /// The worker found it unnecessary: the subject changed meanwhile (a person resolved the
+    /// ticket). A successful safety decision, not a failure; `subject_version` says which.
+    #[sea_orm(string_value = "superseded")]
+    Superseded,
 }
 
 impl RunStatus {
@@ -40,6 +44,7 @@ impl RunStatus {
             RunStatus::Cancelled => "cancelled",
             RunStatus::Expired => "expired",
             RunStatus::DeadLettered => "dead_lettered",
+            RunStatus::Superseded => "superseded",
         }
     }
 
@@ -54,7 +59,7 @@ impl RunStatus {
     }
 
     /// Every status, in lifecycle order.
-    pub const ALL: [RunStatus; 7] = [
+    pub const ALL: [RunStatus; 8] = [
         RunStatus::Queued,
         RunStatus::Dispatched,
         RunStatus::Completed,
@@ -62,6 +67,7 @@ impl RunStatus {
         RunStatus::Cancelled,
         RunStatus::Expired,
         RunStatus::DeadLettered,
+        RunStatus::Superseded,
     ];
 }
 
@@ -73,7 +79,7 @@ impl std::str::FromStr for RunStatus {
         .into_iter()
         .find(|status| status.as_str() == s)
         .ok_or_else(|| {
-            format!("unknown run status `{s}` (expected queued, dispatched, completed, failed, cancelled, expired or dead_lettered)")
+            format!("unknown run status `{s}` (expected queued, dispatched, completed, failed, cancelled, expired, dead_lettered or superseded)")
         })
     }
 }
@@ -99,6 +105,23 @@ pub struct Model {
     pub traceparent: Option<String>,
     /// W3C `tracestate` that came with it, unchanged.
     pub tracestate: Option<String>,
+    /// The config revision that routed it (m0008; never changed).
+    pub config_revision: Option<String>,
+    /// The principal whose authority it acts under (never changed).
+    pub principal_id: Option<String>,
+    /// Unix ms by which it must finish, else it ends `failed` (`deadline_exceeded`).
+    pub deadline_at: Option<i64>,
+    /// Its budgets as a JSON object of numbers (`max_attempts` and the workflow's own keys).
+    pub budgets: Option<String>,
+    /// What the worker reported using so far, a JSON object of running totals.
+    pub run_usage: Option<String>,
+    /// Why it ended when the daemon ended it (`authority_revoked`, `budget_exhausted`,
+    /// `deadline_exceeded`) or the worker said why.
+    pub end_reason: Option<String>,
+    /// The worker's own version, as it reported on finish.
+    pub worker_version: Option<String>,
+    /// For a `superseded` run: the subject version that made it unnecessary.
+    pub subject_version: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
