@@ -24,6 +24,7 @@ pub struct Daemon {
     pollers: Pollers,
     dispatcher: Arc<Dispatcher>,
     retention: Arc<Retention>,
+    wait_timers: Arc<crate::waits::timers::WaitTimers>,
 }
 
 impl Daemon {
@@ -72,6 +73,11 @@ impl Daemon {
             targets.clone(),
         ));
         let retention = Arc::new(Retention::start(db.clone(), live.clone()));
+        let wait_timers = Arc::new(crate::waits::timers::WaitTimers::start(
+            db.clone(),
+            live.clone(),
+            wake.clone(),
+        ));
         let pollers = Pollers::new(db.clone(), intake.clone(), sources.clone(), replica_id);
         pollers.apply(&live.current().settings.sources).await;
         // A replay still `running` here was cut short by the last stop; it can be rerun.
@@ -96,6 +102,7 @@ impl Daemon {
             pollers,
             dispatcher,
             retention,
+            wait_timers,
         })
     }
 
@@ -199,6 +206,7 @@ impl Daemon {
         // Deliveries in flight finish and are recorded, or stay claimed and are sent again.
         self.dispatcher.shutdown().await;
         self.retention.shutdown().await;
+        self.wait_timers.shutdown().await;
         tracing::info!("stopped");
         Ok(())
     }

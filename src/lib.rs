@@ -24,5 +24,6 @@ pub mod shadow;
 pub mod sources;
 pub mod store;
 pub mod telemetry;
+pub mod waits;
 
 pub use daemon::{Daemon, run};

@@ -78,6 +78,22 @@ impl Live {
         self.settings.targets.iter().find(|t| t.name() == name)
     }
 
+    /// Who may resume the waits of `workflow_id`'s runs (`None`: any actor; see
+    /// `WorkflowConfig::approvers`). A workflow no longer configured allows nobody.
+    pub fn approvers_of(&self, workflow_id: &str) -> Option<&[String]> {
+        match self
+            .settings
+            .loaded
+            .config
+            .workflows
+            .iter()
+            .find(|w| w.id == workflow_id)
+        {
+            Some(workflow) => workflow.approvers.as_deref(),
+            None => Some(&[]),
+        }
+    }
+
     pub fn revision(&self) -> &str {
         self.index.revision()
     }

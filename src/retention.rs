@@ -11,7 +11,7 @@
 //! before T). Each batch selects ids with `LIMIT` and then deletes `id IN (...)`, because MySQL
 //! allows no `LIMIT` in an `IN` subquery.
 //!
-//! What is kept: a ledger row whose run is active (`queued`, `dispatched`: the dispatcher
+//! What is kept: a ledger row whose run is active (`queued`, `dispatched`, `needs_input`: the dispatcher
 //! builds the run's message from it) or `dead_lettered` (`redispatch` builds it again) stays
 //! past `retention.ledger`, until its run is pruned. `entity_locks` are never deleted: their
 //! fencing tokens must keep growing.
@@ -52,7 +52,7 @@ const FINAL_STATUSES: [&str; 5] = [
 ];
 
 /// Statuses of runs whose ledger row is still needed (to build their message).
-const NEEDS_LEDGER_ROW: &str = "('queued', 'dispatched', 'dead_lettered')";
+const NEEDS_LEDGER_ROW: &str = "('queued', 'dispatched', 'needs_input', 'dead_lettered')";
 
 /// The smallest UUIDv7 string of millisecond `millis` (every bit after the timestamp zero):
 /// every id made before `millis` sorts below it, every id made at or after it above.
@@ -74,6 +74,7 @@ pub struct Deleted {
     pub dispatches: u64,
     pub dispatch_attempts: u64,
     pub run_history: u64,
+    pub waits: u64,
 }
 
 impl Deleted {
@@ -152,6 +153,7 @@ async fn run(db: DatabaseConnection, live: LiveConfig, mut stopped: watch::Recei
                     dispatches = deleted.dispatches,
                     dispatch_attempts = deleted.dispatch_attempts,
                     run_history = deleted.run_history,
+                    waits = deleted.waits,
                     "retention deleted expired rows"
                 );
                 if let Err(error) = vacuum_sqlite(&db, &stopped).await {
@@ -248,6 +250,7 @@ async fn prune_runs(
     deleted.run_history += delete_in(txn, "run_history", "run_id", &ids).await?;
     deleted.dispatch_attempts += delete_in(txn, "dispatch_attempts", "run_id", &ids).await?;
     deleted.dispatches += delete_in(txn, "dispatches", "run_id", &ids).await?;
+    deleted.waits += delete_in(txn, "waits", "run_id", &ids).await?;
     deleted.runs += delete_in(txn, "runs", "id", &ids).await?;
     Ok(ids.len())
 }

@@ -32,5 +32,6 @@ mod e2e {
     mod sqlite;
     mod systemd;
     mod traces;
+    mod waits;
     mod webhook;
 }

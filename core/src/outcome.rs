@@ -29,10 +29,19 @@ pub enum Outcome {
     AuthorityUnavailable,
     /// Processing failed past its retry bound; kept for replay.
     DeadLettered,
+    /// Resumed the waiting run it was meant for.
+    Resumed,
+    /// A resume whose token names no open wait of this tenant.
+    NoWaitMatch,
+    /// A resume that came after its wait's deadline (or after the wait timed out).
+    WaitExpired,
+    /// A resume that carries another proposal digest than the wait's: the proposal changed
+    /// after it was shown, so it must be approved again.
+    ReapprovalRequired,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 14] = [
         Outcome::Routed,
         Outcome::NoTriggerMatch,
         Outcome::EntityLocked,
@@ -43,6 +52,10 @@ impl Outcome {
         Outcome::RateLimited,
         Outcome::AuthorityUnavailable,
         Outcome::DeadLettered,
+        Outcome::Resumed,
+        Outcome::NoWaitMatch,
+        Outcome::WaitExpired,
+        Outcome::ReapprovalRequired,
     ];
 
     /// The stable snake_case name.
@@ -58,6 +71,10 @@ impl Outcome {
             Outcome::RateLimited => "rate_limited",
             Outcome::AuthorityUnavailable => "authority_unavailable",
             Outcome::DeadLettered => "dead_lettered",
+            Outcome::Resumed => "resumed",
+            Outcome::NoWaitMatch => "no_wait_match",
+            Outcome::WaitExpired => "wait_expired",
+            Outcome::ReapprovalRequired => "reapproval_required",
         }
     }
 }

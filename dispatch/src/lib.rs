@@ -24,7 +24,7 @@ pub use switchyard_core::standard_webhooks as signature;
 pub mod transport;
 
 pub use http::{HttpTarget, HttpTransport};
-pub use message::{PrincipalInfo, RunData, RunInfo, RunMessage};
+pub use message::{PrincipalInfo, Proposal, ResumeInfo, RunData, RunInfo, RunMessage};
 pub use nats::{NatsTarget, NatsTransport};
 pub use schedule::{RetryHint, RetrySchedule, ScheduleError};
 pub use signature::{SignatureError, SigningKey};

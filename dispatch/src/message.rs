@@ -4,6 +4,8 @@ use serde::{Deserialize, Serialize};
 
 /// CloudEvents `type` of the message that starts a run.
 pub const RUN_START: &str = "switchyard.run.start";
+/// CloudEvents `type` of the message that resumes a run after one of its waits ended.
+pub const RUN_RESUME: &str = "switchyard.run.resume";
 /// Content type of a structured-mode CloudEvent (the whole event is the body).
 pub const CONTENT_TYPE: &str = "application/cloudevents+json";
 
@@ -55,13 +57,44 @@ pub struct PrincipalInfo {
     pub capabilities: Vec<String>,
 }
 
-/// The `data` of a run message: the run and the event that started it.
+/// The `data` of a run message: the run and the event that started it (and, in a resume
+/// message, how the wait ended).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunData {
     /// The run.
     pub run: RunInfo,
     /// The normalised event that triggered it.
     pub event: switchyard_core::Event,
+    /// Set in a [`RUN_RESUME`] message only.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resume: Option<ResumeInfo>,
+}
+
+/// How a wait ended, in a [`RUN_RESUME`] message.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ResumeInfo {
+    /// The worker's name for the wait.
+    pub wait_id: String,
+    /// What the wait expected, e.g. `approval`.
+    pub expects: String,
+    /// The proposal the wait was bound to.
+    pub proposal: Proposal,
+    /// The decision the resume carried, or `timeout` when the deadline resumed it.
+    pub decision: String,
+    /// Who decided (absent for a timeout).
+    pub actor: Option<String>,
+    /// The event that resumed it (absent for a timeout).
+    pub event: Option<switchyard_core::Event>,
+    /// The ledger row (intake id) of that event.
+    pub intake_id: Option<String>,
+}
+
+/// A proposal a wait is bound to.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Proposal {
+    pub id: String,
+    /// `sha256:<hex>`.
+    pub digest: String,
 }
 
 /// A CloudEvents 1.0 envelope: specversion "1.0", id, source, type, subject (= target entity),
@@ -117,8 +150,20 @@ impl RunMessage {
             datacontenttype: "application/json".to_owned(),
             traceparent,
             tracestate: None,
-            data: RunData { run, event },
+            data: RunData {
+                run,
+                event,
+                resume: None,
+            },
         }
+    }
+
+    /// Turns a start message into the `switchyard.run.resume` message of `resume`. `id` stays
+    /// what the caller built it with: the resume dispatch's id, derived from run and wait.
+    pub fn into_resume(mut self, resume: ResumeInfo) -> Self {
+        self.kind = RUN_RESUME.to_owned();
+        self.data.resume = Some(resume);
+        self
     }
 
     /// The structured-mode body.

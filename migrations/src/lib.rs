@@ -10,6 +10,7 @@ mod m0004_lease_expiry_index;
 mod m0005_trace_context;
 mod m0006_config_revisions;
 mod m0008_authority;
+mod m0009_waits;
 mod m0010_replays;
 
 pub use m0001_initial::KEY_LEN;
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0005_trace_context::Migration),
             Box::new(m0006_config_revisions::Migration),
             Box::new(m0008_authority::Migration),
+            Box::new(m0009_waits::Migration),
             Box::new(m0010_replays::Migration),
         ]
     }

@@ -74,7 +74,7 @@ pub struct LockChanges {
 }
 
 /// The statuses of runs that may hold a lease (what a takeover expires).
-pub const ACTIVE: [&str; 2] = ["queued", "dispatched"];
+pub const ACTIVE: [&str; 3] = ["queued", "dispatched", "needs_input"];
 
 /// Bounds one `IN (...)` list; well under every backend's parameter limit.
 const LOAD_CHUNK: usize = 200;

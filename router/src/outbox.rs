@@ -844,7 +844,8 @@ async fn extend_waiting(
     }
     let ttls: std::collections::HashMap<String, i64> = run::Entity::find()
         .filter(run::Column::Id.is_in(waiting.iter().cloned()))
-        .filter(run::Column::Status.eq(RunStatus::Queued))
+        // A dispatched run with a pending unclaimed dispatch waits for its resume message.
+        .filter(run::Column::Status.is_in([RunStatus::Queued, RunStatus::Dispatched]))
         .all(db)
         .await?
         .into_iter()
@@ -951,8 +952,11 @@ pub async fn redispatch(
             status: run.status,
         });
     }
+    // A run has one start row and one row per resumed wait: the dead-lettered one is sent again.
     let dispatch = dispatch::Entity::find()
         .filter(dispatch::Column::RunId.eq(run_id))
+        .filter(dispatch::Column::Status.eq(DispatchStatus::DeadLettered))
+        .order_by_desc(dispatch::Column::CreatedAt)
         .lock_exclusive()
         .one(&txn)
         .await?
@@ -1029,8 +1033,11 @@ pub async fn trail<C: ConnectionTrait>(
     DbErr,
 > {
     let run_id = run.id.as_str();
+    // The latest of its dispatches (the start, or the resume of its last resumed wait).
     let dispatch = dispatch::Entity::find()
         .filter(dispatch::Column::RunId.eq(run_id))
+        .order_by_desc(dispatch::Column::CreatedAt)
+        .order_by_desc(dispatch::Column::Id)
         .one(db)
         .await?;
     let attempts = dispatch_attempt::Entity::find()

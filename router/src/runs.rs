@@ -110,7 +110,7 @@ async fn active_run<C: ConnectionTrait>(
 
 /// Releases `run`'s entity lease if it still holds it (same run, same token). The row stays,
 /// so the next holder's fencing token is larger.
-pub(crate) async fn release_lease<C: ConnectionTrait>(
+pub async fn release_lease<C: ConnectionTrait>(
     txn: &C,
     run: &run::Model,
     now: Millis,
@@ -185,7 +185,16 @@ pub async fn heartbeat(
     if let Some(exhausted) = exhausted {
         return overrun(txn, &run, exhausted, now).await;
     }
-    let expires_at = now.saturating_add(run.lock_ttl_ms);
+    let mut expires_at = now.saturating_add(run.lock_ttl_ms);
+    if run.status == RunStatus::NeedsInput {
+        // An open wait holds the lease to its deadline: a heartbeat never shortens that.
+        expires_at = expires_at.max(
+            lock_of(&txn, &run.tenant_id, &run.target_entity_id)
+                .await?
+                .filter(|lease| lease.run_id.as_deref() == Some(run.id.as_str()))
+                .map_or(0, |lease| lease.expires_at),
+        );
+    }
     let updated = entity_lock::Entity::update_many()
         .col_expr(entity_lock::Column::ExpiresAt, expires_at.into())
         .col_expr(entity_lock::Column::UpdatedAt, now.into())
@@ -309,6 +318,17 @@ pub async fn finish(
     run.subject_version.clone_from(&report.subject_version);
     release_lease(&txn, &run, now).await?;
     close_dispatch(&txn, &run.id, now).await?;
+    // Its open waits end with it: a later resume is `no_wait_match`, their timers never fire.
+    crate::entities::wait::Entity::update_many()
+        .col_expr(
+            crate::entities::wait::Column::Status,
+            crate::entities::wait::WaitStatus::Cancelled.as_str().into(),
+        )
+        .col_expr(crate::entities::wait::Column::EndedAt, now.into())
+        .filter(crate::entities::wait::Column::RunId.eq(run.id.as_str()))
+        .filter(crate::entities::wait::Column::Status.eq(crate::entities::wait::WaitStatus::Open))
+        .exec(&txn)
+        .await?;
     let detail = report
         .subject_version
         .as_ref()

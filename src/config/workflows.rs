@@ -44,6 +44,10 @@ pub struct WorkflowConfig {
     /// `tool_calls`, `cost_usd`) is an opaque number the worker reports `usage` against.
     #[serde(default)]
     pub budgets: BTreeMap<String, f64>,
+    /// Who may resume its runs' waits: the `actor` a resume names (a Slack user id for a
+    /// Slack button). Absent: any actor of an authenticated resume; empty: nobody.
+    #[serde(default)]
+    pub approvers: Option<Vec<String>>,
 }
 
 /// The budget key that bounds dispatch attempts (the others are the worker's to report).
@@ -119,6 +123,13 @@ impl WorkflowConfig {
                 "workflow `{id}` is {} but has no triggers",
                 self.status.as_str()
             ));
+        }
+        for approver in self.approvers.iter().flatten() {
+            if approver.trim().is_empty() || approver.len() > MAX_KEY_LEN {
+                problems.push(format!(
+                    "workflow `{id}`: each of `approvers` must be 1 to {MAX_KEY_LEN} bytes"
+                ));
+            }
         }
         for trigger in &self.triggers {
             if let Err(error) = trigger.channel.parse::<Channel>() {

@@ -153,7 +153,7 @@ async fn list(
 }
 
 /// The outcomes a ledger row can carry, for the filter.
-const OUTCOMES: [&str; 9] = [
+const OUTCOMES: [&str; 14] = [
     "routed",
     "no_trigger_match",
     "entity_locked",
@@ -161,8 +161,13 @@ const OUTCOMES: [&str; 9] = [
     "ineligible",
     "invalid_event",
     "rate_limited",
+    "authority_unavailable",
     "coalesced",
     "dead_lettered",
+    "resumed",
+    "no_wait_match",
+    "wait_expired",
+    "reapproval_required",
 ];
 
 /// One candidate workflow as the decision saw it.
@@ -370,6 +375,17 @@ async fn one(
             if let Some(detail) = &row.detail {
                 steps.push(Step::text(format!("Refused by rule: {detail}")));
             }
+        }
+        // A resume of a durable wait: the detail says which wait and why; the run it named.
+        "resumed" | "no_wait_match" | "wait_expired" | "reapproval_required"
+            if row.run_id.is_some() =>
+        {
+            let run_id = row.run_id.clone().unwrap_or_default();
+            steps.push(Step::linked(
+                row.detail.clone().unwrap_or_default(),
+                format!("/ui/runs/{run_id}"),
+                "open the waiting run".into(),
+            ));
         }
         _ => {
             if let Some(detail) = &row.detail {

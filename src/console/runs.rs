@@ -1,5 +1,5 @@
 //! Runs: a listing filtered by status, workflow, entity and tenant; one run with its history,
-//! lease and fencing token, dispatch and attempts; finish, cancel and redispatch buttons for
+//! lease and fencing token, dispatch and attempts, durable waits; finish, cancel and redispatch buttons for
 //! tokens with `runs:write` (CSRF-checked POSTs).
 
 use axum::extract::rejection::FormRejection;
@@ -62,9 +62,10 @@ impl Row {
     }
 }
 
-const STATUSES: [&str; 8] = [
+const STATUSES: [&str; 9] = [
     "queued",
     "dispatched",
+    "needs_input",
     "completed",
     "failed",
     "cancelled",
@@ -147,6 +148,18 @@ struct HistoryView {
     detail: String,
 }
 
+/// One durable wait of the run (never its token).
+#[derive(Debug)]
+struct WaitView {
+    wait_id: String,
+    expects: String,
+    proposal: String,
+    status: String,
+    deadline: String,
+    on_timeout: String,
+    decision: String,
+}
+
 #[derive(askama::Template)]
 #[template(path = "run.html")]
 struct OnePage {
@@ -159,6 +172,7 @@ struct OnePage {
     dispatch: Vec<(&'static str, String)>,
     attempts: Vec<AttemptView>,
     history: Vec<HistoryView>,
+    waits: Vec<WaitView>,
     /// The five audit questions, each with its answers.
     audit: Vec<(&'static str, Vec<(&'static str, String)>)>,
     can_write: bool,
@@ -185,6 +199,7 @@ async fn one(
         .filter(|run| viewer.principal.sees(&run.tenant_id))
         .ok_or_else(|| ConsoleError::not_found("run"))?;
     let (dispatch, attempts, history) = outbox::trail(&txn, &run).await?;
+    let waits = crate::http::waits::of_run(&txn, &run.id).await?;
     let audit = crate::audit::of(&txn, &run, &history).await?.sections();
     let lock = lifecycle::lock_of(&txn, &run.tenant_id, &run.target_entity_id).await?;
     txn.commit().await?;
@@ -269,6 +284,22 @@ async fn one(
             detail: h.detail.unwrap_or_default(),
         })
         .collect();
+    let waits = waits
+        .into_iter()
+        .map(|w| WaitView {
+            proposal: format!("{} ({})", w.proposal_id, w.proposal_digest),
+            status: w.status.as_str().to_owned(),
+            deadline: stamp(w.deadline),
+            decision: match (&w.decision, &w.actor) {
+                (Some(decision), Some(actor)) => format!("{decision} by {actor}"),
+                (Some(decision), None) => decision.clone(),
+                _ => String::new(),
+            },
+            wait_id: w.wait_id,
+            expects: w.expects,
+            on_timeout: w.on_timeout,
+        })
+        .collect();
     let notice = match notice.done.as_deref() {
         Some("completed") => "Run finished as completed; its entity is free.".into(),
         Some("failed") => "Run finished as failed; its entity is free.".into(),
@@ -286,6 +317,7 @@ async fn one(
         dispatch,
         attempts,
         history,
+        waits,
         audit,
         can_write: viewer.principal.has(Scope::RunsWrite),
         active,

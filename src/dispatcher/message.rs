@@ -49,7 +49,7 @@ pub async fn events_of<C: ConnectionTrait>(
 }
 
 /// The six-field event a routed ledger row recorded.
-fn event_of(row: intake::Model) -> Option<Event> {
+pub(crate) fn event_of(row: intake::Model) -> Option<Event> {
     Some(Event {
         channel: row.channel.as_deref()?.parse::<Channel>().ok()?,
         event_type: row.event_type?,
@@ -64,11 +64,13 @@ fn event_of(row: intake::Model) -> Option<Event> {
     })
 }
 
-/// The `switchyard.run.start` message for one claimed dispatch, carrying `trace` as its
-/// CloudEvents distributed-tracing extension.
+/// The message for one claimed dispatch, carrying `trace` as its CloudEvents
+/// distributed-tracing extension: `switchyard.run.start`, or `switchyard.run.resume` when the
+/// dispatch carries the resume of a wait (`resume`, from `waits::message::resumes_of`).
 pub fn run_start(
     claimed: &ClaimedRun,
     routed: Routed,
+    resume: Option<switchyard_dispatch::ResumeInfo>,
     now: Millis,
     trace: &DispatchSpan,
     authority: &Authority,
@@ -108,5 +110,8 @@ pub fn run_start(
         trace.traceparent.clone(),
     );
     message.tracestate = trace.tracestate.clone();
-    message
+    match resume {
+        Some(resume) => message.into_resume(resume),
+        None => message,
+    }
 }

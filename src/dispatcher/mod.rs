@@ -273,16 +273,20 @@ async fn claim(
     }
     let claimed = allowed;
     let refs: Vec<&ClaimedRun> = claimed.iter().collect();
-    let mut events = message::events_of(db, &refs).await?;
+    let events = message::events_of(db, &refs).await?;
+    let mut resumes = crate::waits::message::resumes_of(db, &refs).await?;
     Ok(claimed
         .into_iter()
         .filter_map(|claimed| {
-            let Some(routed) = events.remove(&claimed.run.intake_id) else {
+            // Cloned, not taken: a run's start and resumes share its event.
+            let Some(routed) = events.get(&claimed.run.intake_id).cloned() else {
                 tracing::error!(run_id = %claimed.run.id, intake_id = %claimed.run.intake_id, "a routed run has no ledger event; it stays pending");
                 return None;
             };
             let trace = DispatchSpan::start(&claimed.run, &target.name, claimed.dispatch.attempts);
-            let body = message::run_start(&claimed, routed, now, &trace, &live.authority).to_json();
+            let resume = resumes.remove(&claimed.dispatch.id);
+            let body = message::run_start(&claimed, routed, resume, now, &trace, &live.authority)
+                .to_json();
             Some((claimed, body, trace))
         })
         .collect())

@@ -168,12 +168,14 @@ fn pull_targets(state: &AppState) -> Vec<PullTarget> {
 
 async fn claim_views(state: &AppState, claims: Vec<PullClaim>) -> Result<Vec<Value>, ApiError> {
     let refs: Vec<&ClaimedRun> = claims.iter().map(|c| &c.claimed).collect();
-    let mut events = message::events_of(&state.db, &refs).await?;
+    let events = message::events_of(&state.db, &refs).await?;
+    let mut resumes = crate::waits::message::resumes_of(&state.db, &refs).await?;
     let now = now_millis();
     let live = state.live.current();
     let mut views = Vec::with_capacity(claims.len());
     for claim in claims {
-        let Some(routed) = events.remove(&claim.claimed.run.intake_id) else {
+        // Cloned, not taken: a run's start and resumes share its event.
+        let Some(routed) = events.get(&claim.claimed.run.intake_id).cloned() else {
             tracing::error!(run_id = %claim.claimed.run.id, "a claimed run has no ledger event");
             continue;
         };
@@ -184,7 +186,9 @@ async fn claim_views(state: &AppState, claims: Vec<PullClaim>) -> Result<Vec<Val
             &claim.claimed.dispatch.target,
             claim.claimed.dispatch.attempts,
         );
-        let run_message = message::run_start(&claim.claimed, routed, now, &trace, &live.authority);
+        let resume = resumes.remove(&claim.claimed.dispatch.id);
+        let run_message =
+            message::run_start(&claim.claimed, routed, resume, now, &trace, &live.authority);
         trace.finish("claimed", None);
         tracing::info!(run_id = %claim.claimed.run.id, dispatch_id = %claim.claimed.dispatch.id, attempt = claim.claimed.dispatch.attempts, "run claimed by a pull worker");
         views.push(json!({

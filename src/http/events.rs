@@ -111,5 +111,5 @@ async fn post_event(
         content_type: "application/json".into(),
         bytes: body,
     });
-    intake_answer::submit(&state, delivery, Style::Standard).await
+    super::waits::resume_or_submit(&state, delivery, &[], Style::Standard).await
 }

@@ -152,5 +152,5 @@ async fn ingest(
         content_type,
         bytes: body,
     });
-    intake_answer::submit(&state, delivery, Style::Standard).await
+    super::waits::resume_or_submit(&state, delivery, &["data"], Style::Standard).await
 }

@@ -32,7 +32,11 @@ pub fn status_of(outcome: Outcome, style: Style) -> StatusCode {
         | Outcome::EntityLocked
         | Outcome::Duplicate
         | Outcome::Ineligible
-        | Outcome::AuthorityUnavailable => StatusCode::OK,
+        | Outcome::AuthorityUnavailable
+        | Outcome::Resumed
+        | Outcome::NoWaitMatch
+        | Outcome::WaitExpired
+        | Outcome::ReapprovalRequired => StatusCode::OK,
     }
 }
 

@@ -9,12 +9,14 @@ mod events;
 mod health;
 mod ingest_cloudevents;
 mod ingest_slack;
+mod ingest_slack_actions;
 mod ingest_webhook;
 mod intake_answer;
 mod metrics;
 pub(crate) mod replays;
 mod revisions;
 pub(crate) mod runs;
+pub(crate) mod waits;
 
 use std::sync::Arc;
 
@@ -60,8 +62,14 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
                 intake_answer::measured("api", request, next)
             })),
         )
+        .merge(
+            waits::resume_router().route_layer(axum::middleware::from_fn(|request, next| {
+                intake_answer::measured("api", request, next)
+            })),
+        )
         .merge(metrics::guarded_router())
         .merge(runs::router())
+        .merge(waits::router())
         .merge(claims::router())
         .merge(admin::router())
         .merge(revisions::router())
@@ -78,9 +86,11 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
             })),
         )
         .merge(
-            ingest_slack::router().route_layer(axum::middleware::from_fn(|request, next| {
-                intake_answer::measured("slack", request, next)
-            })),
+            ingest_slack::router()
+                .merge(ingest_slack_actions::router())
+                .route_layer(axum::middleware::from_fn(|request, next| {
+                    intake_answer::measured("slack", request, next)
+                })),
         )
         .merge(
             ingest_cloudevents::router().route_layer(axum::middleware::from_fn(|request, next| {

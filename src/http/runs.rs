@@ -1,4 +1,4 @@
-//! `/v1/runs`: list and read runs (with their dispatch, attempts and history), extend a run's
+//! `/v1/runs`: list and read runs (with their dispatch, attempts, history and waits), extend a run's
 //! lease, finish a run, redispatch a dead letter. Heartbeat and finish carry the fencing token
 //! the run was dispatched with.
 
@@ -163,6 +163,7 @@ async fn get_run(
         .filter(|run| principal.sees(&run.tenant_id))
         .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))?;
     let (dispatch, attempts, history) = outbox::trail(&txn, &run).await?;
+    let waits = super::waits::of_run(&txn, &run.id).await?;
     let audit = crate::audit::of(&txn, &run, &history).await?;
     txn.commit().await?;
     let mut view = serde_json::to_value(RunView::from(run)).unwrap_or_default();
@@ -198,6 +199,7 @@ async fn get_run(
             })
         })
         .collect();
+    view["waits"] = waits.iter().map(super::waits::wait_view).collect();
     view["history"] = history
         .into_iter()
         .map(|h| {

@@ -308,6 +308,7 @@ fn outbox(
                 created_at: now,
                 updated_at: now,
                 delivered_at: None,
+                wait_id: None,
             }
         })
         .collect();
@@ -450,7 +451,7 @@ pub(super) fn recorded_answer(
     }
 }
 
-fn duplicate_of(first: &Answer) -> Answer {
+pub(super) fn duplicate_of(first: &Answer) -> Answer {
     Answer {
         outcome: Outcome::Duplicate,
         detail: Some(format!(

@@ -183,6 +183,17 @@ fn bounded_body(body: DeliveryBody) -> DeliveryBody {
     }
 }
 
+/// The answer a stored ledger row gave (for paths that record deliveries outside the writers:
+/// resumes, `waits::resume`).
+pub fn answer_of_row(row: &crate::store::entities::intake::Model) -> Answer {
+    decide::first_answer(row)
+}
+
+/// The answer to a copy of the delivery a stored ledger row recorded: `duplicate`, naming it.
+pub fn duplicate_of_row(row: &crate::store::entities::intake::Model) -> Answer {
+    decide::duplicate_of(&decide::first_answer(row))
+}
+
 /// `sha256:<hex>` of some bytes: the delivery id of a delivery that names none.
 pub fn digest_id(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};

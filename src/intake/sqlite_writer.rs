@@ -324,7 +324,7 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
     each(
         txn,
         "UPDATE runs SET status = ?2, updated_at = ?3, finished_at = ?3 \
-         WHERE id = ?1 AND status IN (?4, ?5)",
+         WHERE id = ?1 AND status IN (?4, ?5, ?6)",
         &locks.expired_runs,
         |expire, run_id| {
             expire.execute(params![
@@ -333,6 +333,7 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
                 locks.now,
                 ACTIVE[0],
                 ACTIVE[1],
+                ACTIVE[2],
             ])
         },
     )?;

@@ -197,6 +197,18 @@ pub async fn decide<C: ConnectionTrait>(
             raws.insert(raw.id.clone(), raw);
         }
     }
+    // A resume (an answer to a run's wait) was decided against waits, which a replay does not
+    // rebuild: it is reported as recorded and never re-admitted.
+    let (resumes, rows): (Vec<intake::Model>, Vec<intake::Model>) =
+        rows.into_iter().partition(|row| {
+            matches!(
+                row.outcome.parse::<Outcome>(),
+                Ok(Outcome::Resumed
+                    | Outcome::NoWaitMatch
+                    | Outcome::WaitExpired
+                    | Outcome::ReapprovalRequired)
+            )
+        });
     // Normalise and choose.
     let mut staged = Vec::with_capacity(rows.len());
     for (n, row) in rows.into_iter().enumerate() {
@@ -256,7 +268,20 @@ pub async fn decide<C: ConnectionTrait>(
         ledger::claimed_messages(db, &message_keys).await?
     };
 
-    let mut replayed = Vec::with_capacity(staged.len());
+    let mut replayed = Vec::with_capacity(staged.len() + resumes.len());
+    for row in resumes {
+        replayed.push(Replayed {
+            outcome: row.outcome.parse().unwrap_or(Outcome::Resumed),
+            workflow_id: row.workflow_id.clone(),
+            held_by_run_id: None,
+            detail: row.detail.clone(),
+            differs: false,
+            why: Some("a resume of a run's wait: reported as recorded, not decided again".into()),
+            body: None,
+            message_key: None,
+            original: row,
+        });
+    }
     for (row, normalized, choice, mut notes, routing) in staged {
         let Renormalized {
             body,

@@ -140,6 +140,10 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
         let claim_acme = json!({"workflows": ["triage"], "max": 1});
         let claim_globex = json!({"workflows": ["globex-triage"], "max": 1});
         let finish = json!({"status": "completed", "fencing_token": globex_fence});
+        let open_wait = json!({"fencing_token": globex_fence, "wait_id": "w", "expects": "approval",
+            "proposal": {"id": "P", "digest": format!("sha256:{}", "0".repeat(64))}, "deadline": "1h"});
+        let resume = json!({"tenant_id": "globex", "token": "t", "proposal_digest": "d",
+            "decision": "approve", "actor": "a"});
 
         use Method as M;
         let cases: Vec<Case<'_>> = vec![
@@ -420,6 +424,39 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("acme-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/redispatch"),
+                None,
+                404,
+                None,
+            ),
+            // Waits: opening one is runs:write, limited by tenant; resuming is events:write.
+            (
+                Some("reader-secret"),
+                M::POST,
+                format!("/v1/runs/{globex_run}/waits"),
+                Some(&open_wait),
+                403,
+                Some("runs:write"),
+            ),
+            (
+                Some("acme-secret"),
+                M::POST,
+                format!("/v1/runs/{globex_run}/waits"),
+                Some(&open_wait),
+                404,
+                None,
+            ),
+            (
+                Some("worker-secret"),
+                M::POST,
+                "/v1/waits/resume".into(),
+                Some(&resume),
+                403,
+                Some("events:write"),
+            ),
+            (
+                Some("acme-secret"),
+                M::GET,
+                format!("/v1/runs/{globex_run}/waits"),
                 None,
                 404,
                 None,

@@ -1,4 +1,4 @@
-//! The outbox row of one run: written with the run, claimed by dispatchers and pull workers.
+//! An outbox row of a run (its start, or the resume of one of its waits): written with the run, claimed by dispatchers and pull workers.
 
 use sea_orm::entity::prelude::*;
 use serde::Serialize;
@@ -59,6 +59,9 @@ pub struct Model {
     pub created_at: i64,
     pub updated_at: i64,
     pub delivered_at: Option<i64>,
+    /// Set on a row that carries a `switchyard.run.resume` message: the wait it resumes (a run
+    /// has one start row and one row per resumed wait).
+    pub wait_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -3,8 +3,8 @@
 use sea_orm::entity::prelude::*;
 use serde::Serialize;
 
-/// Where a run is in its life (DESIGN.md section 6). Only active runs (`Queued`, `Dispatched`)
-/// hold (or may hold) an entity lock.
+/// Where a run is in its life (DESIGN.md section 6). Only active runs (`Queued`, `Dispatched`,
+/// `NeedsInput`) hold (or may hold) an entity lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Serialize)]
 #[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
 #[serde(rename_all = "snake_case")]
@@ -15,6 +15,9 @@ pub enum RunStatus {
     /// Delivered to its worker (pushed, or claimed by a pull worker).
     #[sea_orm(string_value = "dispatched")]
     Dispatched,
+    /// Waits for input (a durable wait is open); keeps its entity lease until the wait ends.
+    #[sea_orm(string_value = "needs_input")]
+    NeedsInput,
     #[sea_orm(string_value = "completed")]
     Completed,
     #[sea_orm(string_value = "failed")]
@@ -39,6 +42,7 @@ impl RunStatus {
         match self {
             RunStatus::Queued => "queued",
             RunStatus::Dispatched => "dispatched",
+            RunStatus::NeedsInput => "needs_input",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
@@ -55,13 +59,17 @@ impl RunStatus {
 
     /// Whether the run may still hold its entity lease.
     pub fn is_active(self) -> bool {
-        matches!(self, RunStatus::Queued | RunStatus::Dispatched)
+        matches!(
+            self,
+            RunStatus::Queued | RunStatus::Dispatched | RunStatus::NeedsInput
+        )
     }
 
     /// Every status, in lifecycle order.
-    pub const ALL: [RunStatus; 8] = [
+    pub const ALL: [RunStatus; 9] = [
         RunStatus::Queued,
         RunStatus::Dispatched,
+        RunStatus::NeedsInput,
         RunStatus::Completed,
         RunStatus::Failed,
         RunStatus::Cancelled,
@@ -79,7 +87,7 @@ impl std::str::FromStr for RunStatus {
         .into_iter()
         .find(|status| status.as_str() == s)
         .ok_or_else(|| {
-            format!("unknown run status `{s}` (expected queued, dispatched, completed, failed, cancelled, expired, dead_lettered or superseded)")
+            format!("unknown run status `{s}` (expected queued, dispatched, needs_input, completed, failed, cancelled, expired, dead_lettered or superseded)")
         })
     }
 }

@@ -1,0 +1,415 @@
+//! Resuming a wait: one authenticated delivery, one ledger row, one named outcome, decided in a
+//! transaction of its own that writes the ledger row together with the resume's effects.
+//!
+//! Checks, in order: a copy of a recorded delivery (`source`, `delivery_id`) gets the first
+//! copy's answer (`duplicate`, nothing new recorded); the token must name a wait of this tenant
+//! whose run is still active (`no_wait_match`); a wait already resumed makes this a copy of an
+//! applied resume (`duplicate`); a wait past its deadline or timed out (`wait_expired`); the
+//! proposal digest must be the wait's (`reapproval_required`); the actor must be among the
+//! workflow's `approvers` (`unauthorized_source`); the run's principal must still be allowed to
+//! act (`authority_unavailable`, detail `authority_revoked: ...`); only then `resumed`. Only `resumed` changes
+//! anything beyond the ledger row, and it ends the wait with a conditional update.
+
+use sea_orm::{
+    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, SqlErr,
+};
+use serde_json::Value;
+use switchyard_core::{Event, Outcome};
+use switchyard_router::Millis;
+use switchyard_router::entities::run;
+use switchyard_router::entities::wait::{self, WaitStatus};
+use switchyard_router::runs::begin_write;
+
+use crate::intake::{Answer, Delivery, DeliveryBody};
+use crate::live::Live;
+use crate::store::entities::{intake, raw_delivery};
+
+/// What a resume delivery claims: the token, the digest of the proposal it approves, the
+/// decision and who made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumeClaim {
+    pub token: String,
+    /// `None` only for a Slack button holding a bare token: the token's own proposal, the one
+    /// shown with the button.
+    pub proposal_digest: Option<String>,
+    pub decision: String,
+    pub actor: Option<String>,
+}
+
+impl ResumeClaim {
+    /// The `resume` object of a payload (`{token, proposal_digest, decision, actor}`), if the
+    /// payload has one: `Some(Err(detail))` when it is malformed.
+    pub fn in_payload(resume: Option<&Value>) -> Option<Result<Self, String>> {
+        let resume = resume?;
+        Some(Self::from_object(resume, "resume."))
+    }
+
+    /// Reads the four fields of `value`, naming a missing or mistyped one as `{prefix}{field}`.
+    pub fn from_object(value: &Value, prefix: &str) -> Result<Self, String> {
+        let Some(object) = value.as_object() else {
+            return Err(format!(
+                "`{}` must be an object",
+                prefix.trim_end_matches('.')
+            ));
+        };
+        let text = |field: &str| -> Result<String, String> {
+            match object.get(field) {
+                Some(Value::String(text)) if !text.trim().is_empty() => Ok(text.clone()),
+                Some(Value::String(_)) => Err(format!("`{prefix}{field}` must not be empty")),
+                Some(_) => Err(format!("`{prefix}{field}` must be a string")),
+                None => Err(format!("missing `{prefix}{field}`")),
+            }
+        };
+        let claim = Self {
+            token: text("token")?,
+            proposal_digest: Some(text("proposal_digest")?),
+            decision: text("decision")?,
+            actor: Some(text("actor")?),
+        };
+        super::open::check_id(&format!("{prefix}decision"), &claim.decision)?;
+        if let Some(actor) = &claim.actor {
+            super::open::check_id(&format!("{prefix}actor"), actor)?;
+        }
+        Ok(claim)
+    }
+}
+
+/// Replaces the token under `resume.token` (at `path`) in a payload with a marker: the ledger
+/// keeps what was decided, never a live capability.
+pub fn redact_token(payload: &mut Value, path: &[&str]) {
+    let mut at = payload;
+    for key in path {
+        match at.get_mut(*key) {
+            Some(next) => at = next,
+            None => return,
+        }
+    }
+    if let Some(token) = at.get_mut("resume").and_then(|r| r.get_mut("token"))
+        && let Some(text) = token.as_str()
+    {
+        *token = Value::String(format!(
+            "redacted:sha256:{}",
+            &super::token_hash(text)[..16]
+        ));
+    }
+}
+
+/// How a resume was decided, and whether it resumed a run (the dispatcher then has work).
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub answer: Answer,
+    pub resumed: bool,
+}
+
+/// How often a transaction that lost a race (a unique key, a deadlock) is decided again.
+const RETRIES: usize = 5;
+
+/// Decides and records one resume delivery. `delivery.body` is the event that carried it
+/// (`Route`); an empty `target_entity_id` is filled with the waiting run's entity.
+pub async fn resume(
+    db: &DatabaseConnection,
+    live: &Live,
+    delivery: &Delivery,
+    claim: &ResumeClaim,
+    now: Millis,
+) -> Result<Resolved, DbErr> {
+    let mut last = None;
+    for _ in 0..RETRIES {
+        match attempt(db, live, delivery, claim, now).await {
+            Ok(resolved) => return Ok(resolved),
+            Err(error) if lost_race(&error) => last = Some(error),
+            Err(error) => return Err(error),
+        }
+    }
+    Err(last.unwrap_or_else(|| DbErr::Custom("resume retries exhausted".into())))
+}
+
+/// A unique violation (a concurrent copy of the same delivery, or of the resume row) or a
+/// deadlock/serialisation failure: deciding again sees the winner.
+fn lost_race(error: &DbErr) -> bool {
+    if matches!(error.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) {
+        return true;
+    }
+    let text = error.to_string();
+    text.contains("deadlock") || text.contains("Deadlock") || text.contains("40001")
+}
+
+/// The verdict on a resume, before anything is written.
+struct Verdict {
+    outcome: Outcome,
+    detail: String,
+    first_outcome: Option<Outcome>,
+}
+
+async fn attempt(
+    db: &DatabaseConnection,
+    live: &Live,
+    delivery: &Delivery,
+    claim: &ResumeClaim,
+    now: Millis,
+) -> Result<Resolved, DbErr> {
+    let DeliveryBody::Route(event) = &delivery.body else {
+        return Err(DbErr::Custom("a resume delivery carries its event".into()));
+    };
+    let txn = begin_write(db).await?;
+    if let Some(first) = intake::Entity::find()
+        .filter(intake::Column::DeliveryId.eq(delivery.delivery_id.as_str()))
+        .filter(intake::Column::Source.eq(delivery.source.as_str()))
+        .one(&txn)
+        .await?
+    {
+        txn.rollback().await?;
+        return Ok(Resolved {
+            answer: crate::intake::duplicate_of_row(&first),
+            resumed: false,
+        });
+    }
+    let found = wait::Entity::find()
+        .filter(wait::Column::TokenHash.eq(super::token_hash(&claim.token)))
+        .filter(wait::Column::TenantId.eq(event.tenant_id.as_str()))
+        .lock_exclusive()
+        .one(&txn)
+        .await?;
+    let run = match &found {
+        Some(wait) => {
+            run::Entity::find_by_id(wait.run_id.as_str())
+                .lock_exclusive()
+                .one(&txn)
+                .await?
+        }
+        None => None,
+    };
+    let verdict = judge(live, found.as_ref(), run.as_ref(), claim, now);
+    let intake_id = delivery.intake_id.to_string();
+    let mut resumed = false;
+    if verdict.outcome == Outcome::Resumed
+        && let (Some(wait), Some(run)) = (&found, &run)
+    {
+        let dispatch_id = super::resume_dispatch_id(&run.id, &wait.wait_id);
+        let ended = wait::Entity::update_many()
+            .col_expr(wait::Column::Status, WaitStatus::Resumed.as_str().into())
+            .col_expr(wait::Column::Decision, claim.decision.clone().into())
+            .col_expr(wait::Column::Actor, claim.actor.clone().into())
+            .col_expr(wait::Column::ResumedBy, intake_id.clone().into())
+            .col_expr(wait::Column::DispatchId, dispatch_id.into())
+            .col_expr(wait::Column::EndedAt, now.into())
+            .filter(wait::Column::Id.eq(wait.id.as_str()))
+            .filter(wait::Column::Status.eq(WaitStatus::Open))
+            .exec(&txn)
+            .await?;
+        if ended.rows_affected != 1 {
+            // Another delivery or the timer ended it between our read and our write (only
+            // possible without row locks): decide again and see how.
+            txn.rollback().await?;
+            return Err(DbErr::Custom("deadlock: the wait ended meanwhile".into()));
+        }
+        let detail = format!(
+            "wait {} resumed by delivery {intake_id}: decision {}{}",
+            wait.wait_id,
+            claim.decision,
+            claim
+                .actor
+                .as_ref()
+                .map(|a| format!(" by {a}"))
+                .unwrap_or_default()
+        );
+        super::resume_run(
+            &txn,
+            run,
+            wait,
+            live.target_of(&run.workflow_id),
+            detail,
+            now,
+        )
+        .await?;
+        resumed = true;
+    }
+    let row = ledger_row(delivery, event, &verdict, run.as_ref(), live, now);
+    if let Some(raw) = &delivery.raw {
+        raw_delivery::Entity::insert(raw_delivery::ActiveModel::from(raw_delivery::Model {
+            id: intake_id.clone(),
+            source: delivery.source.clone(),
+            content_type: raw.content_type.clone(),
+            body: raw.bytes.to_vec(),
+            received_at: delivery.received_at,
+        }))
+        .exec_without_returning(&txn)
+        .await?;
+    }
+    intake::Entity::insert(intake::ActiveModel::from(row.clone()))
+        .exec_without_returning(&txn)
+        .await?;
+    txn.commit().await?;
+    let mut answer = crate::intake::answer_of_row(&row);
+    answer.first_outcome = verdict.first_outcome;
+    Ok(Resolved { answer, resumed })
+}
+
+fn judge(
+    live: &Live,
+    wait: Option<&wait::Model>,
+    run: Option<&run::Model>,
+    claim: &ResumeClaim,
+    now: Millis,
+) -> Verdict {
+    let verdict = |outcome, detail: String| Verdict {
+        outcome,
+        detail,
+        first_outcome: None,
+    };
+    let (Some(wait), Some(run)) = (wait, run) else {
+        return verdict(
+            Outcome::NoWaitMatch,
+            "the resume token names no wait of this tenant".into(),
+        );
+    };
+    match wait.status {
+        WaitStatus::Resumed => {
+            return Verdict {
+                outcome: Outcome::Duplicate,
+                detail: format!(
+                    "wait {} of run {} was already resumed by delivery {} (decision {})",
+                    wait.wait_id,
+                    run.id,
+                    wait.resumed_by.as_deref().unwrap_or("?"),
+                    wait.decision.as_deref().unwrap_or("?")
+                ),
+                first_outcome: Some(Outcome::Resumed),
+            };
+        }
+        WaitStatus::TimedOut | WaitStatus::Expired => {
+            return verdict(
+                Outcome::WaitExpired,
+                format!(
+                    "wait {} of run {} timed out at {} (on_timeout {})",
+                    wait.wait_id,
+                    run.id,
+                    switchyard_router::millis_rfc3339(wait.deadline),
+                    wait.on_timeout
+                ),
+            );
+        }
+        WaitStatus::Cancelled => {
+            return verdict(
+                Outcome::NoWaitMatch,
+                format!("wait {} of run {} ended with its run", wait.wait_id, run.id),
+            );
+        }
+        WaitStatus::Open => {}
+    }
+    if !run.status.is_active() {
+        return verdict(
+            Outcome::NoWaitMatch,
+            format!(
+                "run {} is {}: its wait {} is no longer open",
+                run.id,
+                run.status.as_str(),
+                wait.wait_id
+            ),
+        );
+    }
+    if now >= wait.deadline {
+        return verdict(
+            Outcome::WaitExpired,
+            format!(
+                "wait {} of run {} expired at {}",
+                wait.wait_id,
+                run.id,
+                switchyard_router::millis_rfc3339(wait.deadline)
+            ),
+        );
+    }
+    if let Some(digest) = &claim.proposal_digest
+        && digest != &wait.proposal_digest
+    {
+        return verdict(
+            Outcome::ReapprovalRequired,
+            format!(
+                "wait {} of run {} is for proposal {} with digest {}, not {digest}: the proposal \
+                 changed after it was shown",
+                wait.wait_id, run.id, wait.proposal_id, wait.proposal_digest
+            ),
+        );
+    }
+    if let Some(approvers) = live.approvers_of(&run.workflow_id) {
+        let allowed = claim
+            .actor
+            .as_ref()
+            .is_some_and(|actor| approvers.iter().any(|a| a == actor));
+        if !allowed {
+            return verdict(
+                Outcome::UnauthorizedSource,
+                format!(
+                    "actor {} is not among the approvers of workflow {}",
+                    claim.actor.as_deref().unwrap_or("(none)"),
+                    run.workflow_id
+                ),
+            );
+        }
+    }
+    // The run acts under its principal: one that may no longer act (suspended, expired,
+    // removed, lacking a capability the workflow requires) resumes nothing. The wait stays
+    // open: a reload may reinstate the principal before the deadline.
+    if let Some(principal) = run.principal_id.as_deref()
+        && let Err(refusal) = live.authority.check_run(&run.workflow_id, principal, now)
+    {
+        return verdict(
+            Outcome::AuthorityUnavailable,
+            format!(
+                "{}: {refusal} ({}); wait {} of run {} stays open",
+                crate::authority::REVOKED,
+                refusal.reason_word(),
+                wait.wait_id,
+                run.id
+            ),
+        );
+    }
+    verdict(
+        Outcome::Resumed,
+        format!(
+            "resumed wait {} of run {} (proposal {}): decision {}",
+            wait.wait_id, run.id, wait.proposal_id, claim.decision
+        ),
+    )
+}
+
+fn ledger_row(
+    delivery: &Delivery,
+    event: &Event,
+    verdict: &Verdict,
+    run: Option<&run::Model>,
+    live: &Live,
+    now: Millis,
+) -> intake::Model {
+    // A run is named on the row only when the token named one of this tenant's waits.
+    let target_entity_id = match (event.target_entity_id.is_empty(), run) {
+        (false, _) => event.target_entity_id.clone(),
+        (true, Some(run)) => run.target_entity_id.clone(),
+        (true, None) => "-".to_owned(),
+    };
+    intake::Model {
+        id: delivery.intake_id.to_string(),
+        source: delivery.source.clone(),
+        delivery_id: delivery.delivery_id.clone(),
+        outcome: verdict.outcome.as_str().to_owned(),
+        detail: Some(verdict.detail.clone()),
+        channel: Some(event.channel.as_str().to_owned()),
+        event_type: Some(event.event_type.clone()),
+        tenant_id: Some(event.tenant_id.clone()),
+        target_entity_id: Some(target_entity_id),
+        payload: delivery.payload_text.clone(),
+        raw_ref: Some(event.raw_ref.clone()),
+        run_id: run.map(|r| r.id.clone()),
+        workflow_id: run.map(|r| r.workflow_id.clone()),
+        held_by_run_id: None,
+        message_key: None,
+        config_revision: live.revision().to_owned(),
+        received_at: delivery.received_at,
+        decided_at: now,
+        traceparent: delivery.trace.as_ref().map(|t| t.traceparent.clone()),
+        tracestate: delivery.trace.as_ref().and_then(|t| t.tracestate.clone()),
+        shadow: None,
+        replay_id: delivery.replay.as_ref().map(|r| r.replay_id.clone()),
+        replay_of: delivery.replay.as_ref().map(|r| r.original.clone()),
+    }
+}
