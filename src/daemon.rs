@@ -80,7 +80,15 @@ impl Daemon {
         ));
         let pollers = Pollers::new(db.clone(), intake.clone(), sources.clone(), replica_id);
         pollers.apply(&live.current().settings.sources).await;
+        // A replay still `running` here was cut short by the last stop; it can be rerun.
+        if let Err(error) =
+            crate::replay::store::interrupt_running(&db, switchyard_router::now_millis()).await
+        {
+            tracing::warn!(%error, "cannot mark interrupted replays");
+        }
+        let replays = crate::replay::Replayer::new(db.clone(), Some(intake.clone()));
         let state = AppState {
+            replays,
             db,
             live,
             intake,

@@ -17,6 +17,8 @@ use crate::config::{BUILTIN_PULL, ResolvedSource, ResolvedTarget, Settings};
 pub struct Live {
     pub settings: Settings,
     pub index: TriggerIndex,
+    /// The `shadow` workflows, indexed as if live (`shadow.rs`); `None` when there are none.
+    pub shadows: Option<TriggerIndex>,
     pub workflows: Vec<Workflow>,
     /// The principals workflows run as, and the check made at routing and dispatch.
     pub authority: Authority,
@@ -36,6 +38,7 @@ impl Live {
     pub fn new(settings: Settings) -> Self {
         let workflows = settings.loaded.workflows();
         let index = TriggerIndex::build(settings.loaded.revision.clone(), &workflows);
+        let shadows = TriggerIndex::build_shadows(settings.loaded.revision.clone(), &workflows);
         let authority = Authority::new(&settings.loaded.config);
         let bounds = RunBounds::of(&settings.loaded.config, &settings.loaded.targets());
         let sources = settings
@@ -74,6 +77,7 @@ impl Live {
             max_running,
             settings,
             index,
+            shadows,
             workflows,
             authority,
             bounds,

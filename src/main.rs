@@ -66,9 +66,22 @@ enum Command {
         config: PathBuf,
     },
     /// Validate a config file; warn about priority ties, drafts and unreachable triggers.
+    /// With `--candidate NEW --against-ledger 7d`: also decide the last 7 days of the ledger
+    /// (of the database `--config` names) again under NEW and print how outcomes move.
     Check {
-        #[arg(long, short)]
-        config: PathBuf,
+        /// The config file (with `--candidate`: the one in force, whose database is read;
+        /// optional then, the candidate's database is read instead).
+        #[arg(long, short, required_unless_present = "candidate")]
+        config: Option<PathBuf>,
+        /// A new config file to check and compare against recorded traffic.
+        #[arg(long)]
+        candidate: Option<PathBuf>,
+        /// Replay this span of the ledger (back from now: `24h`, `7d`) under the candidate.
+        #[arg(long, requires = "candidate", value_parser = humantime::parse_duration)]
+        against_ledger: Option<std::time::Duration>,
+        /// Exit 1 when any delivery would come out differently (for CI in a config repo).
+        #[arg(long, requires = "against_ledger")]
+        fail_on_change: bool,
     },
     /// Dry-run one canonical event: which workflow would win and whether its entity is locked.
     Route {
@@ -82,6 +95,50 @@ enum Command {
         #[arg(long)]
         revision: Option<String>,
     },
+    /// Replay stored deliveries from their raw bytes through the adapters and the router:
+    /// diagnostic by default (a stored report, nothing live), `--live` to re-admit them.
+    Replay {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Received at or after: a time (2026-12-01T10:42:00Z), a date, or a span back (24h).
+        #[arg(long, value_parser = parse_when)]
+        since: Option<i64>,
+        /// Received before: as `--since`.
+        #[arg(long, value_parser = parse_when)]
+        until: Option<i64>,
+        #[arg(long)]
+        source: Option<String>,
+        /// The original outcome (`routed`, `entity_locked`, ...).
+        #[arg(long)]
+        outcome: Option<String>,
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The target entity id.
+        #[arg(long)]
+        entity: Option<String>,
+        /// One delivery id.
+        #[arg(long)]
+        delivery: Option<String>,
+        /// `original` (the revision that decided each delivery) or `current` (this file).
+        #[arg(long, default_value = "original", conflicts_with = "candidate")]
+        revision: String,
+        /// Decide under this config file instead.
+        #[arg(long)]
+        candidate: Option<PathBuf>,
+        /// Re-admit the deliveries for real (runs, locks, dispatch) under new delivery ids.
+        #[arg(long)]
+        live: bool,
+        /// Do not ask before a live replay.
+        #[arg(long)]
+        yes: bool,
+        /// Run the stored replay with this id again, under its own parameters.
+        #[arg(long, conflicts_with_all = ["since", "until", "source", "outcome", "tenant", "entity", "delivery", "candidate", "live"])]
+        rerun: Option<String>,
+    },
+}
+
+fn parse_when(text: &str) -> Result<i64, String> {
+    switchyard::commands::parse_when(text)
 }
 
 /// Log lines are formatted by the thread that logs and written to stderr by a thread of their
@@ -152,10 +209,55 @@ fn report_dropped_lines(dropped: tracing_appender::non_blocking::ErrorCounter) {
     }
 }
 
+/// `check --candidate --against-ledger`: the candidate checked, then the table; with
+/// `fail_on_change`, an error when anything moves.
+async fn what_if(
+    config: Option<&std::path::Path>,
+    candidate: &std::path::Path,
+    span: std::time::Duration,
+    fail_on_change: bool,
+) -> anyhow::Result<()> {
+    if !switchyard::commands::check(candidate) {
+        anyhow::bail!(
+            "the candidate {} is not a valid config",
+            candidate.display()
+        );
+    }
+    let tally = switchyard::commands::what_if(config.unwrap_or(candidate), candidate, span).await?;
+    println!(
+        "against the ledger of the last {}: {} deliveries, {} would come out differently",
+        humantime::format_duration(span),
+        tally.total(),
+        tally.changed()
+    );
+    print!("{}", tally.render());
+    if fail_on_change && tally.changed() > 0 {
+        anyhow::bail!(
+            "{} deliveries would come out differently under {} (--fail-on-change)",
+            tally.changed(),
+            candidate.display()
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Check { config } = &cli.command {
-        return if switchyard::commands::check(config) {
+    if let Command::Check {
+        config,
+        candidate,
+        against_ledger: None,
+        ..
+    } = &cli.command
+    {
+        // Every file is checked and reported, even after one fails.
+        let results: Vec<bool> = [config, candidate]
+            .into_iter()
+            .flatten()
+            .map(|path| switchyard::commands::check(path))
+            .collect();
+        let checked = results.into_iter().all(|ok| ok);
+        return if checked {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
@@ -200,7 +302,51 @@ fn main() -> ExitCode {
                 event,
                 revision,
             } => switchyard::commands::route(&config, &event, revision.as_deref()).await,
+            Command::Check {
+                config,
+                candidate: Some(candidate),
+                against_ledger: Some(span),
+                fail_on_change,
+            } => what_if(config.as_deref(), &candidate, span, fail_on_change).await,
             Command::Check { .. } => Ok(()),
+            Command::Replay {
+                config,
+                since,
+                until,
+                source,
+                outcome,
+                tenant,
+                entity,
+                delivery,
+                revision,
+                candidate,
+                live,
+                yes,
+                rerun,
+            } => match revision.parse() {
+                Ok(revision) => {
+                    switchyard::commands::replay(switchyard::commands::ReplayArgs {
+                        config,
+                        filters: switchyard::replay::Filters {
+                            since,
+                            until,
+                            source,
+                            outcome,
+                            tenant,
+                            entity,
+                            delivery,
+                            tenants: None,
+                        },
+                        revision,
+                        candidate,
+                        live,
+                        yes,
+                        rerun,
+                    })
+                    .await
+                }
+                Err(error) => Err(anyhow::anyhow!(error)),
+            },
         }
     });
     if let Some(telemetry) = telemetry {

@@ -25,8 +25,10 @@ mod e2e {
     mod outage;
     mod pull;
     mod reload;
+    mod replay;
     mod retention;
     mod revisions;
+    mod shadow;
     mod slack;
     mod spine;
     mod sqlite;

@@ -110,6 +110,10 @@ pub struct BenchArgs {
     /// Also a receiver outage of this length (the http sink answers 503) under closed-loop load.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub outage: Option<Duration>,
+    /// Instead of the load cells: seed the ledger with this much load, then measure live
+    /// intake alone and while a diagnostic replay of the whole ledger runs (issue 17's 0.8).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub replay: Option<Duration>,
     /// NATS server with JetStream, for `--dispatch nats`.
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,

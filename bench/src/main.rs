@@ -15,6 +15,7 @@ mod load;
 mod plan;
 mod postgres;
 mod procfs;
+mod replay;
 mod report;
 mod soak;
 mod startup;

@@ -77,7 +77,12 @@ pub struct BackendResult {
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let binary = daemon_binary(&args)?;
     report::print_header(&args, &binary);
-    if !args.no_load && !args.dispatch.is_empty() {
+    if let (false, Some(seed)) = (args.no_load, args.replay) {
+        for &backend in &args.backends {
+            let result = crate::replay::run(&args, &binary, backend, seed).await?;
+            crate::replay::print(&result);
+        }
+    } else if !args.no_load && !args.dispatch.is_empty() {
         for &backend in &args.backends {
             let result = dispatch::run(&args, &binary, backend).await?;
             dispatch::print(&result);

@@ -6,13 +6,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Channel, Condition};
 
-/// Whether a workflow can be triggered. Only `Live` workflows ever match a real event.
+/// Whether a workflow can be triggered. Only `Live` workflows ever match a real event;
+/// `Shadow` ones are evaluated on every live event as if they were live and what they would
+/// have done is recorded, but they never run and never lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkflowStatus {
     Draft,
     Live,
     Disabled,
+    Shadow,
 }
 
 impl WorkflowStatus {
@@ -21,6 +24,7 @@ impl WorkflowStatus {
             WorkflowStatus::Draft => "draft",
             WorkflowStatus::Live => "live",
             WorkflowStatus::Disabled => "disabled",
+            WorkflowStatus::Shadow => "shadow",
         }
     }
 }

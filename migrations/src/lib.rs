@@ -12,6 +12,7 @@ mod m0006_config_revisions;
 mod m0007_flow_control;
 mod m0008_authority;
 mod m0009_waits;
+mod m0010_replays;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -31,6 +32,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0007_flow_control::Migration),
             Box::new(m0008_authority::Migration),
             Box::new(m0009_waits::Migration),
+            Box::new(m0010_replays::Migration),
         ]
     }
 }

@@ -99,12 +99,26 @@ fn key(tenant_id: &str, channel: Channel, event_type: &str) -> String {
 impl TriggerIndex {
     /// Indexes the live workflows among `workflows`; drafts and disabled ones never match.
     pub fn build(revision: impl Into<String>, workflows: &[Workflow]) -> Self {
+        Self::build_of(revision, workflows, WorkflowStatus::Live)
+    }
+
+    /// Indexes the `shadow` workflows among `workflows` as if they were live, for evaluating
+    /// what they would have done; `None` when there is none (nothing to evaluate per event).
+    pub fn build_shadows(revision: impl Into<String>, workflows: &[Workflow]) -> Option<Self> {
+        workflows
+            .iter()
+            .any(|w| w.status == WorkflowStatus::Shadow)
+            .then(|| Self::build_of(revision, workflows, WorkflowStatus::Shadow))
+    }
+
+    fn build_of(
+        revision: impl Into<String>,
+        workflows: &[Workflow],
+        status: WorkflowStatus,
+    ) -> Self {
         let mut grouped: std::collections::HashMap<String, Vec<Candidate>> =
             std::collections::HashMap::new();
-        for workflow in workflows
-            .iter()
-            .filter(|w| w.status == WorkflowStatus::Live)
-        {
+        for workflow in workflows.iter().filter(|w| w.status == status) {
             let workflow_id: Arc<str> = Arc::from(workflow.id.as_str());
             for trigger in &workflow.triggers {
                 let candidates = grouped

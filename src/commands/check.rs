@@ -85,6 +85,10 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
                 workflow.id
             )),
             WorkflowStatus::Disabled => {}
+            WorkflowStatus::Shadow => report.warnings.push(format!(
+                "workflow `{}` is a shadow: evaluated on live events and recorded, never run",
+                workflow.id
+            )),
             WorkflowStatus::Live => {
                 for trigger in &workflow.triggers {
                     if let Some(why) = unproducible(

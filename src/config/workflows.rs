@@ -140,8 +140,13 @@ impl WorkflowConfig {
                 "workflow `{id}`: a capability in `requires` must not be empty"
             ));
         }
-        if self.status == WorkflowStatus::Live && self.triggers.is_empty() {
-            problems.push(format!("workflow `{id}` is live but has no triggers"));
+        // A shadow is evaluated on live traffic as if it were live: the same rules hold.
+        let evaluated = matches!(self.status, WorkflowStatus::Live | WorkflowStatus::Shadow);
+        if evaluated && self.triggers.is_empty() {
+            problems.push(format!(
+                "workflow `{id}` is {} but has no triggers",
+                self.status.as_str()
+            ));
         }
         for approver in self.approvers.iter().flatten() {
             if approver.trim().is_empty() || approver.len() > MAX_KEY_LEN {
@@ -152,8 +157,8 @@ impl WorkflowConfig {
         }
         for trigger in &self.triggers {
             if let Err(error) = trigger.channel.parse::<Channel>() {
-                // Drafts may name channels not built yet; a live workflow may not.
-                if self.status == WorkflowStatus::Live {
+                // Drafts may name channels not built yet; a live or shadow workflow may not.
+                if evaluated {
                     problems.push(format!("workflow `{id}`: {error}"));
                 }
             }

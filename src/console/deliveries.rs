@@ -441,7 +441,7 @@ async fn one(
         } else {
             (String::new(), String::new())
         };
-    let facts = vec![
+    let mut facts = vec![
         ("Outcome", row.outcome.clone()),
         ("Tenant", tenant.clone()),
         ("Entity", entity.clone()),
@@ -452,6 +452,15 @@ async fn one(
         ("Decided", format!("{} UTC", stamp(row.decided_at))),
         ("Ledger id", row.id.clone()),
     ];
+    if let Some(shadow) = &row.shadow {
+        facts.push(("Shadow workflows", shadow_sentence(shadow)));
+    }
+    if let (Some(replay), Some(original)) = (&row.replay_id, &row.replay_of) {
+        facts.push((
+            "Re-admitted by",
+            format!("live replay {replay} of delivery {original}"),
+        ));
+    }
     let page = OnePage {
         chrome: viewer.chrome("deliveries"),
         id: row.id.clone(),
@@ -471,6 +480,31 @@ async fn one(
         raw_note,
     };
     Ok(render(&page))
+}
+
+/// What each shadow workflow would have done, in words.
+fn shadow_sentence(stored: &str) -> String {
+    use crate::shadow::Verdict;
+    crate::shadow::parse(stored)
+        .iter()
+        .map(|v| match (v.verdict, v.live_workflow_id.as_deref()) {
+            (Verdict::WouldWin, Some(live)) => {
+                format!("{} would have taken it from {live}", v.workflow_id)
+            }
+            (Verdict::WouldWin, None) => format!("{} would have taken it", v.workflow_id),
+            (Verdict::Outranked, live) => format!(
+                "{} is outranked by {}",
+                v.workflow_id,
+                live.unwrap_or("the live winner")
+            ),
+            (Verdict::ConditionFailed, _) => format!(
+                "{}: condition failed ({})",
+                v.workflow_id,
+                v.detail.as_deref().unwrap_or("")
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Options of a `<select>`: each value with ` selected` on the one chosen.

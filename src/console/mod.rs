@@ -10,6 +10,7 @@
 
 mod deliveries;
 mod locks;
+mod replays;
 mod runs;
 pub mod session;
 mod sources;
@@ -147,6 +148,7 @@ pub fn router() -> Router<AppState> {
         .merge(locks::router())
         .merge(workflows::router())
         .merge(sources::router())
+        .merge(replays::router())
         .layer(axum::middleware::map_response(harden))
 }
 

@@ -1,5 +1,7 @@
-//! Workflows per config revision (live, draft, disabled; triggers and priorities; target), with
-//! each workflow's outcomes over the last 24 hours, and the revisions that came into force.
+//! Workflows per config revision (live, shadow, draft, disabled; triggers and priorities;
+//! target), with each workflow's outcomes over the last 24 hours (for a shadow: what it would
+//! have taken, from which live workflow, with example deliveries), and the revisions that
+//! came into force.
 
 use std::collections::BTreeMap;
 
@@ -40,6 +42,8 @@ struct Row {
     degraded: Option<String>,
     /// (outcome, count) over the last 24 hours.
     outcomes: Vec<(String, i64)>,
+    /// For a shadow workflow: what it would have done over the last 24 hours.
+    shadow: Option<crate::shadow::ShadowStats>,
     /// (run status, count) of its runs created in the last 24 hours: `superseded` apart from
     /// `failed`.
     runs: Vec<(String, i64)>,
@@ -102,6 +106,16 @@ async fn page(
     for (workflow, outcome, n) in counts {
         by_workflow.entry(workflow).or_default().push((outcome, n));
     }
+    let mut shadows = if revision
+        .content
+        .workflows
+        .iter()
+        .any(|w| w.workflow.status == switchyard_core::WorkflowStatus::Shadow)
+    {
+        crate::shadow::last_day(&state.db, tenants.as_deref(), now_millis()).await?
+    } else {
+        Default::default()
+    };
     let content = revision
         .content
         .clone()
@@ -142,6 +156,8 @@ async fn page(
                 .get(&Some(w.workflow.id.clone()))
                 .cloned()
                 .unwrap_or_default(),
+            shadow: (w.workflow.status == switchyard_core::WorkflowStatus::Shadow)
+                .then(|| shadows.remove(&w.workflow.id).unwrap_or_default()),
             runs: runs_by_workflow
                 .get(&w.workflow.id)
                 .cloned()

@@ -126,6 +126,14 @@ struct IntakeView {
     traceparent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tracestate: Option<String>,
+    /// What each shadow workflow would have done (absent without shadows on its key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shadow: Option<Value>,
+    /// For a delivery a live replay re-admitted: the replay and the original intake id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replay_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replay_of: Option<String>,
 }
 
 impl IntakeView {
@@ -164,6 +172,12 @@ impl IntakeView {
             config_revision: row.config_revision,
             traceparent: row.traceparent,
             tracestate: row.tracestate,
+            shadow: row
+                .shadow
+                .as_deref()
+                .and_then(|s| serde_json::from_str(s).ok()),
+            replay_id: row.replay_id,
+            replay_of: row.replay_of,
         }
     }
 }
@@ -316,6 +330,12 @@ async fn workflows(
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::Read)?;
     let live = state.live.current();
+    let mut shadows = if live.shadows.is_some() {
+        let tenants = principal.tenant_filter(None);
+        crate::shadow::last_day(&state.db, tenants.as_deref(), now_millis()).await?
+    } else {
+        Default::default()
+    };
     let degraded = live.authority.degraded(switchyard_router::now_millis());
     let workflows: Vec<Value> = live
         .workflows
@@ -335,6 +355,10 @@ async fn workflows(
                     "reason": refusal.reason_word(),
                     "detail": refusal.to_string(),
                 });
+            }
+            if w.status == switchyard_core::WorkflowStatus::Shadow {
+                view["shadow"] = serde_json::to_value(shadows.remove(&w.id).unwrap_or_default())
+                    .unwrap_or(Value::Null);
             }
             view
         })

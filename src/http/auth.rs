@@ -89,6 +89,11 @@ impl Principal {
     }
 
     /// Whether a row of `tenant` is visible to this caller.
+    /// Whether the caller is limited to no tenants.
+    pub fn sees_every_tenant(&self) -> bool {
+        self.tenants.is_none()
+    }
+
     pub fn sees(&self, tenant: &str) -> bool {
         self.tenants.as_ref().is_none_or(|t| t.contains(tenant))
     }

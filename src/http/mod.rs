@@ -13,6 +13,7 @@ mod ingest_slack_actions;
 mod ingest_webhook;
 mod intake_answer;
 mod metrics;
+pub(crate) mod replays;
 mod revisions;
 pub(crate) mod runs;
 pub(crate) mod waits;
@@ -25,6 +26,7 @@ use sea_orm::DatabaseConnection;
 
 pub use admin::millis_to_rfc3339;
 pub use error::ApiError;
+pub use events::API_SOURCE;
 
 use crate::config::ServerConfig;
 use crate::dispatcher::{TargetHealths, Wake};
@@ -45,6 +47,8 @@ pub struct AppState {
     pub targets: Arc<TargetHealths>,
     /// Open console sessions.
     pub console: Arc<crate::console::Sessions>,
+    /// Replays started through this daemon.
+    pub replays: crate::replay::Replayer,
 }
 
 /// The whole HTTP surface, with the server's body limits: a declared body over `body_limit` is
@@ -69,6 +73,7 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
         .merge(claims::router())
         .merge(admin::router())
         .merge(revisions::router())
+        .merge(replays::router())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_token,

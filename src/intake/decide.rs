@@ -255,7 +255,12 @@ pub(super) fn decide(
                             });
                         }
                     }
-                    ledger_row(delivery, Some(event), fields, live, now)
+                    let mut row = ledger_row(delivery, Some(event), fields, live, now);
+                    if let Some(shadows) = &live.shadows {
+                        row.shadow = crate::shadow::evaluate(shadows, event, choice.candidate())
+                            .map(|verdicts| crate::shadow::stored(&verdicts));
+                    }
+                    row
                 }
                 Admit::Refuse { detail, retry_at } => {
                     retry_after = Some(super::flow::retry_after(retry_at, now));
@@ -494,6 +499,9 @@ fn ledger_row(
         decided_at: now,
         traceparent: delivery.trace.as_ref().map(|t| t.traceparent.clone()),
         tracestate: delivery.trace.as_ref().and_then(|t| t.tracestate.clone()),
+        shadow: None,
+        replay_id: delivery.replay.as_ref().map(|r| r.replay_id.clone()),
+        replay_of: delivery.replay.as_ref().map(|r| r.original.clone()),
     }
 }
 

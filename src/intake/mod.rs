@@ -7,6 +7,7 @@
 //! ([`sqlite_writer`]); on PostgreSQL/MySQL writer tasks take connections from the pool, sharded
 //! by entity ([`writer`]; one on PostgreSQL unless configured).
 
+mod annotate;
 mod decide;
 mod failpoint;
 mod flow;
@@ -60,6 +61,16 @@ pub struct Delivery {
     pub message_key: Option<String>,
     /// The W3C trace context to store on the ledger row and the run (`telemetry::incoming`).
     pub trace: Option<crate::telemetry::TraceContext>,
+    /// For a delivery a live replay re-admits: the replay and the original ledger row.
+    pub replay: Option<ReplayLink>,
+}
+
+/// What links a re-admitted delivery to its replay (`intake.replay_id`, `intake.replay_of`).
+#[derive(Debug, Clone)]
+pub struct ReplayLink {
+    pub replay_id: String,
+    /// The intake id of the original delivery.
+    pub original: String,
 }
 
 /// Original bytes of a delivery.
@@ -111,6 +122,7 @@ impl Delivery {
             cursor: None,
             message_key: None,
             trace: crate::telemetry::incoming(),
+            replay: None,
         }
     }
 

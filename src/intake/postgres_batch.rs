@@ -288,6 +288,7 @@ async fn write(
         mut history,
         flow: _,
     } = decided;
+    let annotations = super::annotate::of(&ledger);
     let (mut created, mut changed, mut runs) = (locks.created, locks.changed, locks.new_runs);
     let query = sqlx::query(WRITE);
     let query = bind_leases(query, &mut created);
@@ -364,6 +365,16 @@ async fn write(
         .execute(&mut **txn)
         .await
         .map_err(db_err)?;
+    for annotation in annotations {
+        sqlx::query(super::annotate::POSTGRES)
+            .bind(annotation.shadow)
+            .bind(annotation.replay_id)
+            .bind(annotation.replay_of)
+            .bind(annotation.id)
+            .execute(&mut **txn)
+            .await
+            .map_err(db_err)?;
+    }
     if !locks.expired_runs.is_empty() {
         sqlx::raw_sql(CUSTOM_PLANS)
             .execute(&mut **txn)

@@ -438,6 +438,12 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
     )?;
     each(
         txn,
+        super::annotate::SQLITE,
+        &super::annotate::of(&decided.ledger),
+        |update, a| update.execute(params![a.shadow, a.replay_id, a.replay_of, a.id]),
+    )?;
+    each(
+        txn,
         "INSERT INTO mailbox_cursors (source, mailbox, uidvalidity, last_uid, updated_at) \
          VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (source, mailbox) DO UPDATE SET \
          uidvalidity = excluded.uidvalidity, last_uid = excluded.last_uid, \

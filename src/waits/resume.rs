@@ -408,5 +408,8 @@ fn ledger_row(
         decided_at: now,
         traceparent: delivery.trace.as_ref().map(|t| t.traceparent.clone()),
         tracestate: delivery.trace.as_ref().and_then(|t| t.tracestate.clone()),
+        shadow: None,
+        replay_id: delivery.replay.as_ref().map(|r| r.replay_id.clone()),
+        replay_of: delivery.replay.as_ref().map(|r| r.original.clone()),
     }
 }

@@ -31,6 +31,13 @@ pub struct Model {
     pub traceparent: Option<String>,
     /// W3C `tracestate` the delivery arrived with, unchanged.
     pub tracestate: Option<String>,
+    /// What each shadow workflow would have done (`shadow::ShadowVerdict`s as JSON); only
+    /// when shadow workflows trigger on the event.
+    pub shadow: Option<String>,
+    /// The replay that re-admitted this delivery (live replays only).
+    pub replay_id: Option<String>,
+    /// The intake id of the delivery this one replays.
+    pub replay_of: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

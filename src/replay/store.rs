@@ -1,0 +1,253 @@
+//! Replays and their results in the database, and the ledger pages a replay reads (oldest
+//! first, after a cursor).
+
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Select,
+};
+
+use super::{Filters, Mode};
+use crate::store::entities::{intake, replay, replay_result};
+
+/// The ledger rows `filters` take among those recorded before the replay `upto` started
+/// (ids are UUIDv7: a live replay never reads back what it re-admitted); a live replay takes
+/// only original deliveries, never another replay's re-admissions.
+fn filtered(filters: &Filters, upto: &str, mode: Mode) -> Select<intake::Entity> {
+    let mut query = intake::Entity::find().filter(intake::Column::Id.lt(upto));
+    if mode == Mode::Live {
+        query = query.filter(intake::Column::ReplayId.is_null());
+    }
+    if let Some(tenants) = &filters.tenants {
+        query = query.filter(intake::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
+    }
+    if let Some(tenant) = &filters.tenant {
+        query = query.filter(intake::Column::TenantId.eq(tenant.as_str()));
+    }
+    if let Some(since) = filters.since {
+        query = query.filter(intake::Column::ReceivedAt.gte(since));
+    }
+    if let Some(until) = filters.until {
+        query = query.filter(intake::Column::ReceivedAt.lt(until));
+    }
+    if let Some(source) = &filters.source {
+        query = query.filter(intake::Column::Source.eq(source.as_str()));
+    }
+    if let Some(outcome) = &filters.outcome {
+        query = query.filter(intake::Column::Outcome.eq(outcome.as_str()));
+    }
+    if let Some(entity) = &filters.entity {
+        query = query.filter(intake::Column::TargetEntityId.eq(entity.as_str()));
+    }
+    if let Some(delivery) = &filters.delivery {
+        query = query.filter(intake::Column::DeliveryId.eq(delivery.as_str()));
+    }
+    query
+}
+
+/// How many ledger rows the filters take.
+pub async fn count<C: ConnectionTrait>(
+    db: &C,
+    filters: &Filters,
+    upto: &str,
+    mode: Mode,
+) -> Result<u64, DbErr> {
+    if filters.tenants.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(0);
+    }
+    filtered(filters, upto, mode).count(db).await
+}
+
+/// The next `limit` ledger rows the filters take, oldest first, after the row `after`.
+pub async fn page<C: ConnectionTrait>(
+    db: &C,
+    filters: &Filters,
+    upto: &str,
+    mode: Mode,
+    after: Option<&str>,
+    limit: u64,
+) -> Result<Vec<intake::Model>, DbErr> {
+    if filters.tenants.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(Vec::new());
+    }
+    let mut query = filtered(filters, upto, mode)
+        .order_by_asc(intake::Column::Id)
+        .limit(limit);
+    if let Some(after) = after {
+        query = query.filter(intake::Column::Id.gt(after));
+    }
+    query.all(db).await
+}
+
+pub async fn create(db: &DatabaseConnection, row: replay::Model) -> Result<(), DbErr> {
+    let txn = switchyard_router::runs::begin_write(db).await?;
+    replay::ActiveModel::from(row).insert(&txn).await?;
+    txn.commit().await
+}
+
+/// Stores a batch's results and the replay's progress in one transaction.
+pub async fn record_batch(
+    db: &DatabaseConnection,
+    replay_id: &str,
+    results: Vec<replay_result::Model>,
+    last_intake_id: &str,
+) -> Result<(), DbErr> {
+    let done = results.len() as i64;
+    let differ = results.iter().filter(|r| r.differs).count() as i64;
+    let txn = switchyard_router::runs::begin_write(db).await?;
+    if !results.is_empty() {
+        // A rerun replaces what an earlier run recorded for the same deliveries.
+        replay_result::Entity::delete_many()
+            .filter(replay_result::Column::ReplayId.eq(replay_id))
+            .filter(
+                replay_result::Column::IntakeId.is_in(results.iter().map(|r| r.intake_id.clone())),
+            )
+            .exec(&txn)
+            .await?;
+        replay_result::Entity::insert_many(
+            results.into_iter().map(replay_result::ActiveModel::from),
+        )
+        .exec_without_returning(&txn)
+        .await?;
+    }
+    replay::Entity::update_many()
+        .col_expr(
+            replay::Column::Done,
+            Expr::col(replay::Column::Done).add(done),
+        )
+        .col_expr(
+            replay::Column::Differ,
+            Expr::col(replay::Column::Differ).add(differ),
+        )
+        .col_expr(replay::Column::LastIntakeId, Expr::value(last_intake_id))
+        .filter(replay::Column::Id.eq(replay_id))
+        .exec(&txn)
+        .await?;
+    txn.commit().await
+}
+
+/// Marks a replay started (again): counters from zero, its total as counted now.
+pub async fn start(db: &DatabaseConnection, id: &str, total: i64, now: i64) -> Result<(), DbErr> {
+    let txn = switchyard_router::runs::begin_write(db).await?;
+    replay::Entity::update_many()
+        .col_expr(replay::Column::Status, Expr::value("running"))
+        .col_expr(replay::Column::Total, Expr::value(total))
+        .col_expr(replay::Column::Done, Expr::value(0))
+        .col_expr(replay::Column::Differ, Expr::value(0))
+        .col_expr(
+            replay::Column::LastIntakeId,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(replay::Column::Error, Expr::value(Option::<String>::None))
+        .col_expr(replay::Column::StartedAt, Expr::value(now))
+        .col_expr(replay::Column::FinishedAt, Expr::value(Option::<i64>::None))
+        .filter(replay::Column::Id.eq(id))
+        .exec(&txn)
+        .await?;
+    txn.commit().await
+}
+
+/// Ends a replay: `completed`, `cancelled`, `failed` (with the error) or `interrupted`.
+pub async fn finish(
+    db: &DatabaseConnection,
+    id: &str,
+    status: &str,
+    error: Option<String>,
+    now: i64,
+) -> Result<(), DbErr> {
+    let txn = switchyard_router::runs::begin_write(db).await?;
+    replay::Entity::update_many()
+        .col_expr(replay::Column::Status, Expr::value(status))
+        .col_expr(replay::Column::Error, Expr::value(error))
+        .col_expr(replay::Column::FinishedAt, Expr::value(now))
+        .filter(replay::Column::Id.eq(id))
+        .exec(&txn)
+        .await?;
+    txn.commit().await
+}
+
+/// Replays still `running` in this database when a daemon starts were interrupted (by a
+/// stop or a crash); they can be rerun.
+pub async fn interrupt_running(db: &DatabaseConnection, now: i64) -> Result<(), DbErr> {
+    replay::Entity::update_many()
+        .col_expr(replay::Column::Status, Expr::value("interrupted"))
+        .col_expr(replay::Column::FinishedAt, Expr::value(now))
+        .filter(replay::Column::Status.eq("running"))
+        .exec(db)
+        .await
+        .map(|_| ())
+}
+
+pub async fn get<C: ConnectionTrait>(db: &C, id: &str) -> Result<Option<replay::Model>, DbErr> {
+    replay::Entity::find_by_id(id).one(db).await
+}
+
+/// Replays newest first, older than `before`.
+pub async fn list<C: ConnectionTrait>(
+    db: &C,
+    before: Option<&str>,
+    limit: u64,
+) -> Result<Vec<replay::Model>, DbErr> {
+    let mut query = replay::Entity::find()
+        .order_by_desc(replay::Column::Id)
+        .limit(limit);
+    if let Some(before) = before {
+        query = query.filter(replay::Column::Id.lt(before));
+    }
+    query.all(db).await
+}
+
+/// A replay's results in ledger order, after the original intake id `after`.
+pub async fn results<C: ConnectionTrait>(
+    db: &C,
+    replay_id: &str,
+    only_differing: bool,
+    after: Option<&str>,
+    limit: u64,
+) -> Result<Vec<replay_result::Model>, DbErr> {
+    let mut query = replay_result::Entity::find()
+        .filter(replay_result::Column::ReplayId.eq(replay_id))
+        .order_by_asc(replay_result::Column::IntakeId)
+        .limit(limit);
+    if only_differing {
+        query = query.filter(replay_result::Column::Differs.eq(true));
+    }
+    if let Some(after) = after {
+        query = query.filter(replay_result::Column::IntakeId.gt(after));
+    }
+    query.all(db).await
+}
+
+/// `(event_type, original bucket, replayed bucket, count)` over a replay's results.
+pub async fn moves<C: ConnectionTrait>(
+    db: &C,
+    replay_id: &str,
+) -> Result<
+    Vec<(
+        Option<String>,
+        String,
+        Option<String>,
+        String,
+        Option<String>,
+        i64,
+    )>,
+    DbErr,
+> {
+    replay_result::Entity::find()
+        .select_only()
+        .column(replay_result::Column::EventType)
+        .column(replay_result::Column::OriginalOutcome)
+        .column(replay_result::Column::OriginalWorkflowId)
+        .column(replay_result::Column::ReplayedOutcome)
+        .column(replay_result::Column::ReplayedWorkflowId)
+        .column_as(replay_result::Column::Id.count(), "n")
+        .filter(replay_result::Column::ReplayId.eq(replay_id))
+        .group_by(replay_result::Column::EventType)
+        .group_by(replay_result::Column::OriginalOutcome)
+        .group_by(replay_result::Column::OriginalWorkflowId)
+        .group_by(replay_result::Column::ReplayedOutcome)
+        .group_by(replay_result::Column::ReplayedWorkflowId)
+        .into_tuple()
+        .all(db)
+        .await
+}
