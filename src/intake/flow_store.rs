@@ -200,9 +200,11 @@ pub(super) mod sqlite {
 }
 
 pub(super) mod postgres {
-    //! Two statements at most before the batch's own lookup is decided: the gates (one
-    //! `SELECT ... FOR UPDATE`; an `INSERT` first only for a gate never used), then the counts
-    //! and windows together, after the batch's lookup (so after the gates are locked).
+    //! One statement of its own in a batch's transaction: the counts and windows, after the
+    //! batch's lookup (which locks the gates first, so the counts see every run the previous
+    //! holder of a gate committed). The gates are locked by that lookup, and the flow writes
+    //! are clauses of the batch's write (see `postgres_batch`); a gate never used before is
+    //! created before the transaction begins.
 
     use sea_orm::sqlx::{self, Postgres, Row, Transaction};
 
@@ -210,48 +212,32 @@ pub(super) mod postgres {
 
     type Result<T> = std::result::Result<T, sqlx::Error>;
 
-    const LOCK_GATES: &str = "SELECT g.name, g.tat_us FROM UNNEST($1::text[]) AS k(name) \
-         CROSS JOIN LATERAL (SELECT name, tat_us FROM flow_gates WHERE name = k.name \
-         FOR UPDATE) AS g";
-
-    /// Locks the batch's gates (in name order) and reads their times.
-    pub async fn lock_gates(
-        txn: &mut Transaction<'_, Postgres>,
-        needs: &Needs,
+    /// Creates the gates a batch names that do not exist yet, outside its transaction (a
+    /// new row's time is 0: no history), so the batch only ever locks rows that exist.
+    pub async fn create_gates(
+        conn: &mut sqlx::PgConnection,
+        gates: &[String],
         now: Millis,
-    ) -> Result<Found> {
-        let mut found = Found::default();
-        if needs.gates.is_empty() {
-            return Ok(found);
-        }
-        for attempt in 0..2 {
-            let rows = sqlx::query(LOCK_GATES)
-                .bind(&needs.gates)
-                .fetch_all(&mut **txn)
-                .await?;
-            for row in rows {
-                found.tats.insert(row.try_get(0)?, row.try_get(1)?);
-            }
-            if found.tats.len() == needs.gates.len() || attempt == 1 {
-                break;
-            }
-            // A gate never used before: create it, then lock it like the others.
-            sqlx::query(
-                "INSERT INTO flow_gates (name, tat_us, updated_at) \
-                 SELECT k, 0, $2 FROM UNNEST($1::text[]) AS k ORDER BY k \
-                 ON CONFLICT (name) DO NOTHING",
-            )
-            .bind(&needs.gates)
-            .bind(now)
-            .execute(&mut **txn)
-            .await?;
-            found.tats.clear();
-        }
-        Ok(found)
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO flow_gates (name, tat_us, updated_at) \
+             SELECT k, 0, $2 FROM UNNEST($1::text[]) AS k ORDER BY k \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(gates)
+        .bind(now)
+        .execute(conn)
+        .await?;
+        Ok(())
     }
 
     /// The workflows' counts (each up to its ceiling) and the holders' dispatch rows
     /// (row-locked) as windows, in one statement.
+    ///
+    /// The running count probes once per status (`LATERAL`, an equality on both columns of
+    /// `runs_workflow_status`): with `status = ANY(..)` the generic plan scanned all of the
+    /// workflow's runs and filtered on status (34,396 index entries per batch after 8 s of
+    /// load).
     pub async fn counts_and_windows(
         txn: &mut Transaction<'_, Postgres>,
         needs: &Needs,
@@ -279,8 +265,9 @@ pub(super) mod postgres {
                 NULL::int4, NULL::int8, NULL::int8, \
                 (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workflow_id = k.w \
                  AND status = 'queued' LIMIT k.q) AS q), \
-                (SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE workflow_id = k.w \
-                 AND status = ANY($4::text[]) LIMIT k.r) AS r) \
+                (SELECT COUNT(*) FROM (SELECT 1 FROM UNNEST($4::text[]) AS s(status) \
+                 CROSS JOIN LATERAL (SELECT 1 FROM runs WHERE workflow_id = k.w \
+                 AND status = s.status LIMIT k.r) AS x LIMIT k.r) AS r) \
              FROM UNNEST($1::text[], $2::int8[], $3::int8[]) AS k(w, q, r) \
              UNION ALL \
              SELECT 'window', holder, id, workflow_id, status, claimed_by, attempts, series, \
@@ -342,71 +329,6 @@ pub(super) mod postgres {
              DELETE FROM intake WHERE id = ANY($1::text[]) AND outcome = 'rate_limited'",
         )
         .bind(&writes.replaced)
-        .execute(&mut **txn)
-        .await?;
-        Ok(())
-    }
-
-    pub async fn write(
-        txn: &mut Transaction<'_, Postgres>,
-        writes: &Writes,
-        now: Millis,
-    ) -> Result<()> {
-        if writes.is_empty() {
-            return Ok(());
-        }
-        let (gates, tats): (Vec<&str>, Vec<i64>) =
-            writes.tats.iter().map(|(g, t)| (g.as_str(), *t)).unzip();
-        let (due_ids, due_at): (Vec<&str>, Vec<i64>) =
-            writes.due.iter().map(|(d, t)| (d.as_str(), *t)).unzip();
-        sqlx::query(
-            // Updates find their rows by primary key (`= ANY`), never by a join a generic
-            // plan could turn into a scan (see `postgres_batch`).
-            "WITH gates AS ( \
-                UPDATE flow_gates SET updated_at = $3, \
-                    tat_us = ($2::int8[])[array_position($1::text[], name::text)] \
-                WHERE name = ANY($1::text[]) \
-             ), members AS ( \
-                INSERT INTO run_members (run_id, intake_id, version, joined_at) \
-                SELECT * FROM UNNEST($4::text[], $5::text[], $6::text[], $7::int8[]) \
-             ) \
-             UPDATE dispatches SET updated_at = $3, \
-                due_at = ($9::int8[])[array_position($8::text[], id::text)] \
-             WHERE id = ANY($8::text[]) AND status = 'pending' AND claimed_by IS NULL",
-        )
-        .bind(gates)
-        .bind(tats)
-        .bind(now)
-        .bind(
-            writes
-                .members
-                .iter()
-                .map(|m| m.run_id.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            writes
-                .members
-                .iter()
-                .map(|m| m.intake_id.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            writes
-                .members
-                .iter()
-                .map(|m| m.version.as_deref())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            writes
-                .members
-                .iter()
-                .map(|m| m.joined_at)
-                .collect::<Vec<_>>(),
-        )
-        .bind(due_ids)
-        .bind(due_at)
         .execute(&mut **txn)
         .await?;
         Ok(())

@@ -17,7 +17,7 @@
 //! the tables grew: 1,546 webhooks/s against 6,184 for the baseline.) The rare expiry of runs
 //! whose lease was taken over is its own statement, planned with its values.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use sea_orm::sqlx::pool::PoolConnection;
@@ -26,9 +26,10 @@ use sea_orm::sqlx::{self, Connection, PgConnection, PgPool, Postgres, Row, Trans
 use sea_orm::{DbErr, RuntimeErr};
 use switchyard_router::entities::entity_lock;
 use switchyard_router::entities::run::RunStatus;
-use switchyard_router::{ACTIVE, now_millis};
+use switchyard_router::{ACTIVE, Millis, now_millis};
 
 use super::decide::{self, Committed, Decided, Found, Lookups, SourceKey};
+use super::flow::Writes;
 use super::flow_store::postgres as flow_store;
 use super::{Answer, Delivery};
 use crate::live::Live;
@@ -42,11 +43,18 @@ const BEGIN: &str =
 pub(super) struct Writer {
     pool: PgPool,
     held: Option<PoolConnection<Postgres>>,
+    /// `flow_gates` rows this writer knows exist (rows are never deleted), so that a batch
+    /// creates a gate before its transaction, never inside it after locking leases.
+    known_gates: HashSet<String>,
 }
 
 impl Writer {
     pub fn new(pool: PgPool) -> Self {
-        Self { pool, held: None }
+        Self {
+            pool,
+            held: None,
+            known_gates: HashSet::new(),
+        }
     }
 
     /// One transaction: look up, decide, write, commit. After a connection error the next
@@ -60,7 +68,7 @@ impl Writer {
             Some(conn) => conn,
             None => self.held.insert(self.pool.acquire().await.map_err(db_err)?),
         };
-        let result = commit_batch(conn, live, deliveries).await;
+        let result = commit_batch(conn, &mut self.known_gates, live, deliveries).await;
         if matches!(result, Err(DbErr::Conn(_))) {
             self.held = None;
         }
@@ -70,17 +78,26 @@ impl Writer {
 
 async fn commit_batch(
     conn: &mut PgConnection,
+    known_gates: &mut HashSet<String>,
     live: &Live,
     deliveries: &[&Delivery],
 ) -> Result<Committed, DbErr> {
     let now = now_millis();
-    let mut txn = conn.begin_with(BEGIN).await.map_err(db_err)?;
     let lookups = Lookups::needed(deliveries, live);
-    let flow = flow_store::lock_gates(&mut txn, &lookups.flow, now)
-        .await
-        .map_err(db_err)?;
+    if lookups.flow.gates.iter().any(|g| !known_gates.contains(g)) {
+        flow_store::create_gates(&mut *conn, &lookups.flow.gates, now)
+            .await
+            .map_err(db_err)?;
+        known_gates.extend(lookups.flow.gates.iter().cloned());
+    }
+    let mut txn = conn.begin_with(BEGIN).await.map_err(db_err)?;
     let mut found = look_up(&mut txn, &lookups).await?;
-    found.flow = flow;
+    if found.flow.tats.len() < lookups.flow.gates.len() {
+        known_gates.clear();
+        return Err(DbErr::Custom(
+            "a flow_gates row vanished while intake used it; the senders are told to retry".into(),
+        ));
+    }
     flow_store::counts_and_windows(&mut txn, &lookups.flow, &found.leases, now, &mut found.flow)
         .await
         .map_err(db_err)?;
@@ -88,10 +105,7 @@ async fn commit_batch(
     let expired_runs = decided.locks.expired_runs.len();
     let flow = std::mem::take(&mut decided.flow);
     flow_store::replace(&mut txn, &flow).await.map_err(db_err)?;
-    let answers = write(&mut txn, decided).await?;
-    flow_store::write(&mut txn, &flow, now)
-        .await
-        .map_err(db_err)?;
+    let answers = write(&mut txn, decided, flow, now).await?;
     txn.commit().await.map_err(db_err)?;
     Ok(Committed {
         answers,
@@ -99,12 +113,18 @@ async fn commit_batch(
     })
 }
 
-/// Everything a batch needs to know, in one round trip: the stored answer of each
-/// `(source, delivery_id)` (`delivery` rows), of the routed row that claimed each
-/// `(source, message_key)` (`message`), and the lease row of each `(tenant_id,
+/// Everything a batch needs to know, in one round trip: the flow-control gates it names
+/// (`gate`, row-locked, first and in name order: every writer locks gates before leases), the
+/// stored answer of each `(source, delivery_id)` (`delivery` rows), of the routed row that
+/// claimed each `(source, message_key)` (`message`), and the lease row of each `(tenant_id,
 /// target_entity_id)` that has one (`lease`), row-locked until the commit.
 const LOOK_UP: &str = "\
-WITH leases AS ( \
+WITH gates AS ( \
+    SELECT g.name, g.tat_us FROM UNNEST($7::text[]) AS k(name) \
+    CROSS JOIN LATERAL ( \
+        SELECT name, tat_us FROM flow_gates WHERE name = k.name LIMIT 1 FOR UPDATE \
+    ) AS g \
+), leases AS ( \
     SELECT l.* \
     FROM UNNEST($5::text[], $6::text[]) AS k(tenant_id, target_entity_id) \
     CROSS JOIN LATERAL ( \
@@ -114,6 +134,10 @@ WITH leases AS ( \
         LIMIT 1 FOR UPDATE \
     ) AS l \
 ) \
+SELECT 'gate', name::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, \
+       NULL::text, NULL::text, tat_us, NULL::int8, NULL::int8 \
+FROM gates \
+UNION ALL \
 SELECT 'delivery', k.source, k.key, i.id, i.outcome, i.detail, i.run_id, i.workflow_id, \
        i.held_by_run_id, NULL::int8, NULL::int8, NULL::int8 \
 FROM UNNEST($1::text[], $2::text[]) AS k(source, key) \
@@ -158,6 +182,7 @@ async fn look_up(
         .bind(message_keys)
         .bind(tenants)
         .bind(entities)
+        .bind(&lookups.flow.gates)
         .fetch_all(&mut **txn)
         .await
         .map_err(db_err)?;
@@ -176,6 +201,10 @@ async fn look_up(
 /// Adds one row of [`LOOK_UP`] to what was found.
 fn found_row(found: &mut Found, row: &PgRow) -> Result<(), sqlx::Error> {
     let kind: &str = row.try_get(0)?;
+    if kind == "gate" {
+        found.flow.tats.insert(row.try_get(1)?, row.try_get(9)?);
+        return Ok(());
+    }
     let key: SourceKey = (row.try_get(1)?, row.try_get(2)?);
     if kind == "lease" {
         let (tenant_id, target_entity_id) = key;
@@ -210,6 +239,13 @@ fn found_row(found: &mut Found, row: &PgRow) -> Result<(), sqlx::Error> {
 /// Every write of a batch but the expiry of runs, in one statement; each `WITH` clause is a
 /// no-op for empty arrays. A lease created meanwhile by another replica makes `created` fail
 /// and the batch retry; the `changed` rows are row-locked by [`LOOK_UP`].
+///
+/// Flow control's writes (`gates`, `members`, `due`) update rows [`LOOK_UP`] and
+/// [`flow_store::counts_and_windows`] locked: each is found by one probe of its primary key
+/// and updated by `ctid` (a TID scan), as `= ANY(..)` got generic plans that scanned the
+/// table (and, with `status = 'pending'` added, every pending dispatch on `dispatches_due`).
+/// A dispatch's due time is written only for an open window, still pending and unclaimed
+/// under its row lock.
 const WRITE: &str = "\
 WITH created AS ( \
     INSERT INTO entity_locks \
@@ -251,6 +287,19 @@ WITH created AS ( \
     INSERT INTO run_history (id, run_id, status, cause, detail, at) \
     SELECT * FROM UNNEST($63::text[], $64::text[], $65::text[], $66::text[], $67::text[], \
                          $68::int8[]) \
+), gates AS ( \
+    UPDATE flow_gates SET tat_us = k.tat_us, updated_at = $77 \
+    FROM UNNEST($78::text[], $79::int8[]) AS k(name, tat_us) \
+    CROSS JOIN LATERAL (SELECT ctid AS row FROM flow_gates WHERE name = k.name LIMIT 1) AS g \
+    WHERE flow_gates.ctid = g.row \
+), members AS ( \
+    INSERT INTO run_members (run_id, intake_id, version, joined_at) \
+    SELECT * FROM UNNEST($80::text[], $81::text[], $82::text[], $83::int8[]) \
+), due AS ( \
+    UPDATE dispatches SET due_at = k.due_at, updated_at = $77 \
+    FROM UNNEST($84::text[], $85::int8[]) AS k(id, due_at) \
+    CROSS JOIN LATERAL (SELECT ctid AS row FROM dispatches WHERE id = k.id LIMIT 1) AS d \
+    WHERE dispatches.ctid = d.row \
 ) \
 INSERT INTO intake (id, source, delivery_id, outcome, detail, channel, event_type, tenant_id, \
                     target_entity_id, payload, raw_ref, run_id, workflow_id, held_by_run_id, \
@@ -277,6 +326,8 @@ const EXPIRE_RUNS: &str = "\
 async fn write(
     txn: &mut Transaction<'_, Postgres>,
     decided: Decided,
+    flow: Writes,
+    now: Millis,
 ) -> Result<Vec<Answer>, DbErr> {
     let Decided {
         answers,
@@ -288,6 +339,12 @@ async fn write(
         mut history,
         flow: _,
     } = decided;
+    let Writes {
+        mut tats,
+        mut members,
+        mut due,
+        ..
+    } = flow;
     let annotations = super::annotate::of(&ledger);
     let (mut created, mut changed, mut runs) = (locks.created, locks.changed, locks.new_runs);
     let query = sqlx::query(WRITE);
@@ -362,6 +419,15 @@ async fn write(
         .bind(take(&mut runs, |r| r.principal_id.take()))
         .bind(take(&mut runs, |r| r.deadline_at))
         .bind(take(&mut runs, |r| r.budgets.take()))
+        .bind(now)
+        .bind(take(&mut tats, |(gate, _)| std::mem::take(gate)))
+        .bind(take(&mut tats, |(_, tat)| *tat))
+        .bind(take(&mut members, |m| std::mem::take(&mut m.run_id)))
+        .bind(take(&mut members, |m| std::mem::take(&mut m.intake_id)))
+        .bind(take(&mut members, |m| m.version.take()))
+        .bind(take(&mut members, |m| m.joined_at))
+        .bind(take(&mut due, |(id, _)| std::mem::take(id)))
+        .bind(take(&mut due, |(_, at)| *at))
         .execute(&mut **txn)
         .await
         .map_err(db_err)?;
