@@ -919,12 +919,15 @@ async fn extend_waiting(
 }
 
 /// Puts pull claims whose time ran out back to pending (found by the claim-token index:
-/// `claim_token > ''` is a range on it).
+/// `claim_token > ''` is a range on it, read in its order, so the plan walks the claims in
+/// hand rather than `dispatches_due`'s every pending dispatch: PostgreSQL's generic plan did
+/// that, 153,753 rows and 18 ms a sweep behind a backlog of unclaimed pull runs).
 async fn reset_lapsed_claims(db: &DatabaseConnection, now: Millis) -> Result<u64, DbErr> {
     let candidates = dispatch::Entity::find()
         .filter(dispatch::Column::ClaimToken.gt(""))
         .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
         .filter(dispatch::Column::DueAt.lte(now))
+        .order_by_asc(dispatch::Column::ClaimToken)
         .limit(500)
         .all(db)
         .await?;

@@ -4,7 +4,9 @@
 //!
 //! Invariant: under the revision that decided a delivery, with the source settings it was
 //! received under, this decides it as the intake writer did (the e2e tests replay a mixed day
-//! and compare every outcome).
+//! and compare every outcome); flow control's outcomes, whose state is not rebuilt, are
+//! reproduced from the recorded holder (`coalesced`) or reported as recorded
+//! (`rate_limited`) when routing still agrees ([`flow_control`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -358,6 +360,18 @@ pub async fn decide<C: ConnectionTrait>(
         {
             memory.claims.insert(key, row.id.clone());
         }
+        let (outcome, held_by_run_id, detail) = match flow_control(
+            &row,
+            outcome,
+            workflow_id.as_deref(),
+            held_by_run_id.as_deref(),
+        ) {
+            Some(FlowDecided { outcome, note }) => {
+                notes.push(note);
+                (outcome, None, row.detail.clone())
+            }
+            None => (outcome, held_by_run_id, detail),
+        };
         let differs = outcome.as_str() != row.outcome
             || (matches!(
                 outcome,
@@ -388,6 +402,55 @@ pub async fn decide<C: ConnectionTrait>(
         });
     }
     Ok(replayed)
+}
+
+/// A delivery flow control decided, as a replay reports it.
+struct FlowDecided {
+    outcome: Outcome,
+    note: String,
+}
+
+/// Flow control's outcomes in a replay, which rebuilds routing and past lease holders but not
+/// flow control's state (rates' times, queue counts, whether a window was still open):
+/// - `coalesced` into run R is reproduced when the replayed decision is R holding the entity
+///   for the same workflow (what joining a window is), and reported as that otherwise;
+/// - `rate_limited` is reported as recorded (with this revision's routing in the note) when
+///   the replayed routing would still have started a run of the same workflow: only the
+///   refusal is not modelled. A live replay re-admits it through intake, whose flow control
+///   decides it for real.
+fn flow_control(
+    row: &intake::Model,
+    outcome: Outcome,
+    workflow_id: Option<&str>,
+    held_by: Option<&str>,
+) -> Option<FlowDecided> {
+    let same_workflow = row.workflow_id.is_none() || row.workflow_id.as_deref() == workflow_id;
+    match (row.outcome.parse::<Outcome>().ok()?, outcome) {
+        (Outcome::Coalesced, Outcome::EntityLocked)
+            if same_workflow && held_by.is_some() && held_by == row.run_id.as_deref() =>
+        {
+            Some(FlowDecided {
+                outcome: Outcome::Coalesced,
+                note: format!(
+                    "run {} of `{}` held the entity then and coalesced it (whether its window \
+                     was still open is as recorded)",
+                    held_by.unwrap_or("?"),
+                    workflow_id.unwrap_or("?")
+                ),
+            })
+        }
+        (Outcome::RateLimited, Outcome::Routed | Outcome::EntityLocked) if same_workflow => {
+            Some(FlowDecided {
+                outcome: Outcome::RateLimited,
+                note: format!(
+                    "refused by flow control then, as recorded (a replay does not model rates \
+                     or queue ceilings); this revision's routing: {}",
+                    bucket(outcome.as_str(), workflow_id)
+                ),
+            })
+        }
+        _ => None,
+    }
 }
 
 /// A label for an outcome: the workflow for `routed`, the outcome word otherwise.
