@@ -333,6 +333,7 @@ impl LockChanges {
                     dispatch::DispatchStatus::Cancelled.as_str().into(),
                 )
                 .col_expr(dispatch::Column::Reason, "lease_expired".into())
+                .col_expr(dispatch::Column::ClaimToken, Option::<String>::None.into())
                 .col_expr(dispatch::Column::UpdatedAt, self.now.into())
                 .filter(dispatch::Column::RunId.is_in(self.expired_runs))
                 .filter(dispatch::Column::Status.eq(dispatch::DispatchStatus::Pending))

@@ -918,25 +918,43 @@ async fn extend_waiting(
     Ok(extended)
 }
 
-/// Puts pull claims whose time ran out back to pending (found by the claim-token index:
-/// `claim_token > ''` is a range on it, read in its order, so the plan walks the claims in
-/// hand rather than `dispatches_due`'s every pending dispatch: PostgreSQL's generic plan did
-/// that, 153,753 rows and 18 ms a sweep behind a backlog of unclaimed pull runs).
+/// Most claim-token index entries read per page by [`reset_lapsed_claims`].
+const LAPSED_PAGE: u64 = 500;
+
+/// Puts pull claims whose time ran out back to pending. The candidates are read from the
+/// claim-token index alone, in its order and by pages (only a claim in hand has a token:
+/// every way a dispatch leaves `pending` clears it), and filtered here: with `status` and
+/// `due_at` in the query, PostgreSQL's plans read `dispatches_due` instead, every pending
+/// dispatch (153,753 rows, 12-18 ms a sweep behind a backlog of unclaimed pull runs).
 async fn reset_lapsed_claims(db: &DatabaseConnection, now: Millis) -> Result<u64, DbErr> {
-    let candidates = dispatch::Entity::find()
-        .filter(dispatch::Column::ClaimToken.gt(""))
-        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
-        .filter(dispatch::Column::DueAt.lte(now))
-        .order_by_asc(dispatch::Column::ClaimToken)
-        .limit(500)
-        .all(db)
-        .await?;
+    let mut candidates = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page = dispatch::Entity::find()
+            .filter(dispatch::Column::ClaimToken.gt(after.as_str()))
+            .order_by_asc(dispatch::Column::ClaimToken)
+            .limit(LAPSED_PAGE)
+            .all(db)
+            .await?;
+        let full = page.len() as u64 == LAPSED_PAGE;
+        if let Some(token) = page.last().and_then(|d| d.claim_token.clone()) {
+            after = token;
+        }
+        candidates.extend(
+            page.into_iter()
+                .filter(|d| d.status == DispatchStatus::Pending && d.due_at <= now)
+                .map(|d| d.id),
+        );
+        if !full || candidates.len() as u64 >= LAPSED_PAGE {
+            break;
+        }
+    }
     if candidates.is_empty() {
         return Ok(0);
     }
     let txn = begin_write(db).await?;
     let lapsed = dispatch::Entity::find()
-        .filter(dispatch::Column::Id.is_in(candidates.into_iter().map(|d| d.id)))
+        .filter(dispatch::Column::Id.is_in(candidates))
         .filter(dispatch::Column::ClaimToken.is_not_null())
         .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
         .filter(dispatch::Column::DueAt.lte(now))

@@ -315,7 +315,8 @@ SELECT * FROM UNNEST($34::text[], $35::text[], $36::text[], $37::text[], $38::te
 const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 const EXPIRE_RUNS: &str = "\
     WITH cancelled AS ( \
-        UPDATE dispatches SET status = 'cancelled', reason = 'lease_expired', updated_at = $2 \
+        UPDATE dispatches SET status = 'cancelled', reason = 'lease_expired', \
+            claim_token = NULL, updated_at = $2 \
         WHERE run_id = ANY($3::text[]) AND status = 'pending' \
     ) \
     UPDATE runs SET status = $1, updated_at = $2, finished_at = $2 \

@@ -345,8 +345,8 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
     )?;
     each(
         txn,
-        "UPDATE dispatches SET status = 'cancelled', reason = 'lease_expired', updated_at = ?2 \
-         WHERE run_id = ?1 AND status = 'pending'",
+        "UPDATE dispatches SET status = 'cancelled', reason = 'lease_expired', \
+         claim_token = NULL, updated_at = ?2 WHERE run_id = ?1 AND status = 'pending'",
         &locks.expired_runs,
         |cancel, run_id| cancel.execute(params![run_id, locks.now]),
     )?;
