@@ -9,6 +9,7 @@
 mod deadlines;
 mod members;
 pub mod message;
+pub mod preclaim;
 mod transports;
 
 use std::collections::BTreeMap;
@@ -21,7 +22,7 @@ use switchyard_dispatch::schedule::jitter;
 use switchyard_dispatch::{AttemptResult, Outbound};
 use switchyard_router::outbox::{self, ClaimedRun, Recorded, Verdict};
 use switchyard_router::{Millis, millis_rfc3339, now_millis};
-use tokio::sync::{Notify, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::background::Background;
 use crate::live::{Live, LiveConfig};
@@ -35,6 +36,8 @@ pub struct Wake {
     pub dispatcher: Notify,
     /// Pull workers long-polling `POST /v1/claims` (every waiter).
     pub pull: Notify,
+    /// Dispatches the SQLite intake writer claimed for this dispatcher ([`preclaim`]).
+    pub preclaims: preclaim::PreClaims,
 }
 
 impl Wake {
@@ -137,14 +140,64 @@ async fn run(
     let mut transports = Transports::default();
     let keeper = tokio::spawn(keep_alive(db.clone(), stopped.clone()));
     let timer = tokio::spawn(deadlines::run(db.clone(), stopped.clone()));
+    // Whether this pass claims from the outbox (not only sends what intake pre-claimed), and
+    // whether due rows may be waiting for a free slot (then a freed slot means a claim pass).
+    let (mut claim_now, mut backlog) = (true, true);
+    let mut published = String::new();
     loop {
         if *stopped.borrow() {
             break;
         }
         let current = live.current();
         transports.refresh(&current).await;
+        if published != current.revision() {
+            published = current.revision().to_owned();
+            wake.preclaims.publish(
+                &owner,
+                &in_flight,
+                transports
+                    .push()
+                    .iter()
+                    .map(|t| (t.name.clone(), t.in_flight.clone(), millis(t.claim_for))),
+                current.max_running.iter().map(|m| m.workflow_id.clone()),
+            );
+        }
+        let sender = Sender {
+            records: &records,
+            owner: &owner,
+            wake: &wake,
+            db: &db,
+            live: &live,
+        };
+        for pre in wake.preclaims.take() {
+            let Some(target) = transports
+                .push()
+                .iter()
+                .find(|t| t.name == pre.claimed.dispatch.target)
+            else {
+                continue;
+            };
+            let trace = DispatchSpan::start(
+                &pre.claimed.run,
+                &target.name,
+                pre.claimed.dispatch.attempts,
+            );
+            let message = message::run_start(
+                &pre.claimed,
+                pre.routed,
+                None,
+                now_millis(),
+                &trace,
+                &current.authority,
+            )
+            .to_json();
+            sender.send(target, pre.claimed, message, trace, pre.permits);
+        }
         let mut more = false;
-        for target in transports.push() {
+        if claim_now {
+            backlog = false;
+        }
+        for target in transports.push().iter().filter(|_| claim_now) {
             // Claim only what can be sent now: a claimed row waiting for a free slot would
             // see its claim lapse and be claimed (and sent) again. A full target is looked at
             // again when one of its deliveries ends (it wakes the loop).
@@ -153,69 +206,47 @@ async fn run(
                 .min(target.in_flight.available_permits())
                 .min(CLAIM_BATCH);
             if free == 0 {
+                backlog = true;
                 continue;
             }
+            // The slots are taken before the claim, never awaited after it: the intake writer
+            // takes them too (pre-claims), and a claim waiting for a slot that a pre-claim
+            // waiting for this loop holds would never be sent.
+            let Some(mut slots) = Slots::take(&in_flight, &target.in_flight, free) else {
+                backlog = true;
+                continue;
+            };
             match claim(&db, target, &owner, free, &current).await {
                 Ok(claimed) => {
                     more |= claimed.len() == free;
+                    backlog |= claimed.len() == free;
                     for (claimed, message, trace) in claimed {
-                        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                        let Some(permits) = slots.one() else {
                             break;
                         };
-                        let Ok(target_permit) = target.in_flight.clone().acquire_owned().await
-                        else {
-                            break;
-                        };
-                        let target = target.clone();
-                        let records = records.clone();
-                        let owner = owner.clone();
-                        let wake = wake.clone();
-                        let (db, live) = (db.clone(), live.clone());
-                        tokio::spawn(async move {
-                            // Checked again at the last moment, against the revision in force
-                            // now: a suspension that came into force after the claim still
-                            // stops the run before its worker sees it. If the check cannot be
-                            // made, nothing is sent and the claim lapses (checked again then).
-                            let current = live.current();
-                            match crate::authority::revoke_if_refused(
-                                &db,
-                                &current.authority,
-                                &claimed.run,
-                                now_millis(),
-                            )
-                            .await
-                            {
-                                Ok(false) => {
-                                    let recorded =
-                                        deliver(&target, claimed, message, trace, owner).await;
-                                    let _ = records.send(recorded).await;
-                                }
-                                Ok(true) => trace.finish(crate::authority::REVOKED, None),
-                                Err(error) => {
-                                    tracing::warn!(run_id = %claimed.run.id, %error, "cannot check the run's principal before delivery; it is sent once its claim lapses and the check succeeds");
-                                }
-                            }
-                            drop(target_permit);
-                            drop(permit);
-                            wake.dispatcher.notify_one();
-                        });
+                        sender.send(target, claimed, message, trace, permits);
                     }
                 }
                 Err(error) => {
+                    backlog = true;
                     tracing::warn!(target = %target.name, %error, "cannot claim dispatches; trying again shortly");
                 }
             }
         }
         if more {
             tokio::task::yield_now().await;
+            claim_now = true;
             continue;
         }
-        tokio::select! {
-            _ = wake.dispatcher.notified() => {}
-            _ = tokio::time::sleep(POLL) => {}
-            _ = stopped.changed() => {}
-        }
+        claim_now = tokio::select! {
+            _ = wake.dispatcher.notified() => true,
+            _ = wake.preclaims.ready.notified() => false,
+            _ = wake.preclaims.slot_freed.notified() => backlog,
+            _ = tokio::time::sleep(POLL) => true,
+            _ = stopped.changed() => true,
+        };
     }
+    wake.preclaims.close();
     // Drain: every permit back means every delivery has sent its record.
     let drained = tokio::time::timeout(DRAIN, in_flight.acquire_many(IN_FLIGHT as u32)).await;
     if drained.is_err() {
@@ -227,6 +258,85 @@ async fn run(
     let _ = recorder.await;
     let _ = keeper.await;
     let _ = timer.await;
+}
+
+/// Slots taken for one claim pass: the dispatcher's and the target's, `n` of each; what the
+/// claim does not use goes back when this is dropped.
+struct Slots {
+    all: OwnedSemaphorePermit,
+    target: OwnedSemaphorePermit,
+}
+
+impl Slots {
+    fn take(all: &Arc<Semaphore>, target: &Arc<Semaphore>, n: usize) -> Option<Self> {
+        let n = u32::try_from(n).ok()?;
+        Some(Self {
+            all: all.clone().try_acquire_many_owned(n).ok()?,
+            target: target.clone().try_acquire_many_owned(n).ok()?,
+        })
+    }
+
+    /// One delivery's slots.
+    fn one(&mut self) -> Option<preclaim::Permits> {
+        Some(preclaim::Permits::new(
+            self.all.split(1)?,
+            self.target.split(1)?,
+        ))
+    }
+}
+
+/// What a delivery task needs from the dispatcher's loop.
+struct Sender<'a> {
+    records: &'a mpsc::Sender<Recorded>,
+    owner: &'a str,
+    wake: &'a Arc<Wake>,
+    db: &'a DatabaseConnection,
+    live: &'a LiveConfig,
+}
+
+impl Sender<'_> {
+    /// Sends one claimed dispatch on its own task, holding its slots until its record is
+    /// queued.
+    fn send(
+        &self,
+        target: &PushTarget,
+        claimed: ClaimedRun,
+        message: Vec<u8>,
+        trace: DispatchSpan,
+        permits: preclaim::Permits,
+    ) {
+        let target = target.clone();
+        let records = self.records.clone();
+        let owner = self.owner.to_owned();
+        let wake = self.wake.clone();
+        let (db, live) = (self.db.clone(), self.live.clone());
+        tokio::spawn(async move {
+            // Checked again at the last moment, against the revision in force now: a
+            // suspension that came into force after the claim still stops the run before its
+            // worker sees it. If the check cannot be made, nothing is sent and the claim lapses
+            // (checked again then).
+            let current = live.current();
+            match crate::authority::revoke_if_refused(
+                &db,
+                &current.authority,
+                &claimed.run,
+                now_millis(),
+            )
+            .await
+            {
+                Ok(false) => {
+                    let recorded = deliver(&target, claimed, message, trace, owner).await;
+                    let _ = records.send(recorded).await;
+                }
+                Ok(true) => trace.finish(crate::authority::REVOKED, None),
+                Err(error) => {
+                    tracing::warn!(run_id = %claimed.run.id, %error, "cannot check the run's principal before delivery; it is sent once its claim lapses and the check succeeds");
+                }
+            }
+            drop(permits);
+            wake.preclaims.slot_freed.notify_one();
+        });
+    }
 }
 
 /// Keeps leases of runs waiting for delivery alive and resets lapsed pull claims, on its own

@@ -119,6 +119,8 @@ pub(super) struct Found {
 pub(super) struct Committed {
     pub answers: Vec<Answer>,
     pub expired_runs: usize,
+    /// Dispatches claimed in the batch for this daemon's dispatcher (SQLite only).
+    pub preclaimed: Vec<crate::dispatcher::preclaim::PreClaimed>,
 }
 
 /// A decided batch: the answers, in batch order, and the rows that make them true.

@@ -14,6 +14,7 @@ mod flow;
 mod flow_store;
 mod health;
 mod postgres_batch;
+mod preclaim;
 mod sqlite_checkpoint;
 mod sqlite_writer;
 mod writer;
@@ -287,6 +288,7 @@ fn answer_all(batch: Vec<Pending>, committed: decide::Committed, signals: &Signa
     let decide::Committed {
         answers,
         expired_runs,
+        preclaimed,
     } = committed;
     for _ in 0..expired_runs {
         metrics.run_finished("expired");
@@ -295,9 +297,16 @@ fn answer_all(batch: Vec<Pending>, committed: decide::Committed, signals: &Signa
         .iter()
         .filter(|a| a.outcome == Outcome::Routed)
         .count();
+    let handed_over = preclaimed.len();
+    if handed_over > 0 {
+        signals.wake.preclaims.hand_over(preclaimed);
+    }
     if routed > 0 {
         metrics.runs_created.inc_by(routed as u64);
-        signals.wake.runs_created();
+        // Runs the writer claimed for this daemon's dispatcher need no claim pass.
+        if routed > handed_over {
+            signals.wake.runs_created();
+        }
     }
     for (pending, answer) in batch.into_iter().zip(answers) {
         let _ = pending.reply.send(Ok(answer));

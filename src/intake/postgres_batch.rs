@@ -110,6 +110,7 @@ async fn commit_batch(
     Ok(Committed {
         answers,
         expired_runs,
+        preclaimed: Vec::new(),
     })
 }
 

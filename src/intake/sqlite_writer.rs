@@ -24,6 +24,7 @@ use super::health::Signals;
 use super::sqlite_checkpoint::{self, Nudge};
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
 use crate::config::Durability;
+use crate::dispatcher::preclaim::PreClaims;
 use crate::live::{Live, LiveConfig};
 
 fn open(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
@@ -115,7 +116,7 @@ fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>, signals: &Sig
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
     let _span = crate::telemetry::batch_commit(&deliveries);
-    match commit_with_retries(conn, live, &deliveries) {
+    match commit_with_retries(conn, live, &deliveries, &signals.wake.preclaims) {
         Ok(committed) => {
             crate::metrics::metrics().batch(committed.answers.len(), started.elapsed());
             tracing::debug!(
@@ -152,11 +153,12 @@ fn commit_with_retries(
     conn: &mut Connection,
     live: &Live,
     deliveries: &[&Delivery],
+    claims: &PreClaims,
 ) -> rusqlite::Result<Committed> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match commit_batch(conn, live, deliveries) {
+        match commit_batch(conn, live, deliveries, claims) {
             Err(error) if attempt < super::writer::ATTEMPTS && is_lost_race(&error) => {
                 tracing::debug!(%error, attempt, "batch lost a race with another writer; retrying");
                 std::thread::sleep(super::writer::backoff(attempt));
@@ -185,6 +187,7 @@ fn commit_batch(
     conn: &mut Connection,
     live: &Live,
     deliveries: &[&Delivery],
+    claims: &PreClaims,
 ) -> rusqlite::Result<Committed> {
     // Held until the commit: a pooled connection waiting for a turn then finds the lock free.
     let _turn = switchyard_router::write_turn::take_blocking();
@@ -199,7 +202,8 @@ fn commit_batch(
         flow,
     };
     flow_store::windows(&txn, &lookups.flow, &found.leases, now, &mut found.flow)?;
-    let decided = decide::decide(deliveries, lookups, found, live, now);
+    let mut decided = decide::decide(deliveries, lookups, found, live, now);
+    let preclaimed = super::preclaim::claim(&mut decided, claims, now);
     flow_store::replace(&txn, &decided.flow)?;
     write(&txn, &decided)?;
     flow_store::write(&txn, &decided.flow, now)?;
@@ -207,6 +211,7 @@ fn commit_batch(
     Ok(Committed {
         expired_runs: decided.locks.expired_runs.len(),
         answers: decided.answers,
+        preclaimed,
     })
 }
 
@@ -353,8 +358,8 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
     each(
         txn,
         "INSERT INTO dispatches (id, run_id, tenant_id, workflow_id, target, status, attempts, \
-         series, due_at, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         series, due_at, created_at, updated_at, claimed_by) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         &decided.dispatches,
         |insert, d| {
             insert.execute(params![
@@ -369,6 +374,7 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
                 d.due_at,
                 d.created_at,
                 d.updated_at,
+                d.claimed_by,
             ])
         },
     )?;

@@ -256,5 +256,6 @@ async fn commit_batch(
     Ok(Committed {
         answers: decided.answers,
         expired_runs,
+        preclaimed: Vec::new(),
     })
 }
