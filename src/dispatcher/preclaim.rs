@@ -109,6 +109,12 @@ impl PreClaims {
         state.capped = capped.collect();
     }
 
+    /// Whether any push target may be claimed for (the intake writer skips its work if not).
+    pub fn has_targets(&self) -> bool {
+        let state = self.state();
+        state.owner.is_some() && !state.slots.is_empty()
+    }
+
     /// The dispatcher stopped: nothing more is claimed, nothing waiting is sent.
     pub fn close(&self) {
         *self.state() = State::default();

@@ -120,7 +120,7 @@ pub(super) struct Committed {
     pub answers: Vec<Answer>,
     pub expired_runs: usize,
     /// Dispatches claimed in the batch for this daemon's dispatcher (SQLite only).
-    pub preclaimed: Vec<crate::dispatcher::preclaim::PreClaimed>,
+    pub preclaimed: Vec<super::preclaim::Claimed>,
 }
 
 /// A decided batch: the answers, in batch order, and the rows that make them true.

@@ -282,7 +282,7 @@ struct Pending {
 
 /// Sends each sender of a committed batch its answer, in batch order, and wakes the
 /// dispatcher when the batch created runs (their dispatches are in the outbox now).
-fn answer_all(batch: Vec<Pending>, committed: decide::Committed, signals: &Signals) {
+fn answer_all(mut batch: Vec<Pending>, committed: decide::Committed, signals: &Signals) {
     signals.health.committed();
     let metrics = crate::metrics::metrics();
     let decide::Committed {
@@ -297,10 +297,7 @@ fn answer_all(batch: Vec<Pending>, committed: decide::Committed, signals: &Signa
         .iter()
         .filter(|a| a.outcome == Outcome::Routed)
         .count();
-    let handed_over = preclaimed.len();
-    if handed_over > 0 {
-        signals.wake.preclaims.hand_over(preclaimed);
-    }
+    let handed_over = preclaim::hand_over(preclaimed, &mut batch, &signals.wake.preclaims);
     if routed > 0 {
         metrics.runs_created.inc_by(routed as u64);
         // Runs the writer claimed for this daemon's dispatcher need no claim pass.

@@ -1,32 +1,48 @@
 //! The SQLite writer's pre-claims (see `dispatcher::preclaim`): a batch's new push dispatches
 //! that are due now are written claimed by this daemon's dispatcher, and handed to it after
-//! the commit with the event their message carries.
+//! the commit with their delivery's event, moved out of the batch (no copy, no parse).
 
 use std::collections::HashMap;
 
 use switchyard_router::Millis;
 use switchyard_router::entities::dispatch::DispatchStatus;
 use switchyard_router::outbox::ClaimedRun;
+use uuid::Uuid;
 
 use super::decide::Decided;
-use crate::dispatcher::message::{Routed, event_of};
-use crate::dispatcher::preclaim::{PreClaimed, PreClaims};
+use super::{Delivery, DeliveryBody, Pending};
+use crate::dispatcher::message::Routed;
+use crate::dispatcher::preclaim::{Permits, PreClaimed, PreClaims};
 
-/// Claims what may be claimed now, in `decided`'s dispatch rows; what to hand over once they
-/// are committed.
-pub(super) fn claim(decided: &mut Decided, claims: &PreClaims, now: Millis) -> Vec<PreClaimed> {
+/// A dispatch claimed in a batch, waiting for the commit.
+pub(super) struct Claimed {
+    /// Its run's delivery, by position in the batch.
+    delivery: usize,
+    claimed: ClaimedRun,
+    permits: Permits,
+}
+
+/// Claims what may be claimed now, in `decided`'s dispatch rows (nothing, and no allocation,
+/// while the dispatcher has no push target).
+pub(super) fn claim(
+    decided: &mut Decided,
+    deliveries: &[&Delivery],
+    claims: &PreClaims,
+    now: Millis,
+) -> Vec<Claimed> {
     let Decided {
-        dispatches,
-        locks,
-        ledger,
-        ..
+        dispatches, locks, ..
     } = decided;
     let mut claimed = Vec::new();
-    if dispatches.is_empty() {
+    if dispatches.is_empty() || !claims.has_targets() {
         return claimed;
     }
     let runs: HashMap<&str, _> = locks.new_runs.iter().map(|r| (r.id.as_str(), r)).collect();
-    let rows: HashMap<&str, _> = ledger.iter().map(|r| (r.id.as_str(), r)).collect();
+    let positions: HashMap<Uuid, usize> = deliveries
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.intake_id, i))
+        .collect();
     let leases: HashMap<&str, Millis> = locks
         .created
         .iter()
@@ -44,10 +60,10 @@ pub(super) fn claim(decided: &mut Decided, claims: &PreClaims, now: Millis) -> V
         let Some(run) = runs.get(dispatch.run_id.as_str()) else {
             continue;
         };
-        let Some(row) = rows.get(run.intake_id.as_str()) else {
-            continue;
-        };
-        let Some(event) = event_of((*row).clone()) else {
+        let Some(&delivery) = Uuid::parse_str(&run.intake_id)
+            .ok()
+            .and_then(|id| positions.get(&id))
+        else {
             continue;
         };
         let Some(claim) = claims.try_claim(&dispatch.target, &dispatch.workflow_id, now) else {
@@ -56,19 +72,49 @@ pub(super) fn claim(decided: &mut Decided, claims: &PreClaims, now: Millis) -> V
         dispatch.attempts += 1;
         dispatch.claimed_by = Some(claim.owner);
         dispatch.due_at = claim.until;
-        claimed.push(PreClaimed {
+        claimed.push(Claimed {
+            delivery,
             claimed: ClaimedRun {
                 dispatch: dispatch.clone(),
                 run: (*run).clone(),
                 lease_expires_at: leases.get(run.id.as_str()).copied().unwrap_or(0),
             },
-            routed: Routed {
-                event,
-                config_revision: row.config_revision.clone(),
-                members: Vec::new(),
-            },
             permits: claim.permits,
         });
     }
     claimed
+}
+
+/// After the commit: hands each claim over with its delivery's event, taken out of `batch`
+/// (whose deliveries are answered and dropped next). Returns how many were handed over.
+pub(super) fn hand_over(claimed: Vec<Claimed>, batch: &mut [Pending], claims: &PreClaims) -> usize {
+    if claimed.is_empty() {
+        return 0;
+    }
+    let ready: Vec<PreClaimed> = claimed
+        .into_iter()
+        .filter_map(|c| {
+            let body = &mut batch.get_mut(c.delivery)?.delivery.body;
+            let DeliveryBody::Route(event) = std::mem::replace(
+                body,
+                DeliveryBody::Invalid {
+                    detail: String::new(),
+                },
+            ) else {
+                return None;
+            };
+            Some(PreClaimed {
+                routed: Routed {
+                    event,
+                    config_revision: c.claimed.run.config_revision.clone().unwrap_or_default(),
+                    members: Vec::new(),
+                },
+                claimed: c.claimed,
+                permits: c.permits,
+            })
+        })
+        .collect();
+    let handed_over = ready.len();
+    claims.hand_over(ready);
+    handed_over
 }

@@ -203,7 +203,7 @@ fn commit_batch(
     };
     flow_store::windows(&txn, &lookups.flow, &found.leases, now, &mut found.flow)?;
     let mut decided = decide::decide(deliveries, lookups, found, live, now);
-    let preclaimed = super::preclaim::claim(&mut decided, claims, now);
+    let preclaimed = super::preclaim::claim(&mut decided, deliveries, claims, now);
     flow_store::replace(&txn, &decided.flow)?;
     write(&txn, &decided)?;
     flow_store::write(&txn, &decided.flow, now)?;

@@ -629,7 +629,21 @@ async fn coalesced_and_rate_limited_deliveries_replay_as_recorded() {
             before,
             "{backend:?}: a diagnostic replay wrote live rows"
         );
+
+        // A live replay re-admits the refused delivery through intake, whose rate decides it
+        // for real: the tenant's one event an hour is spent, so it is refused again, recorded.
+        let live = replay(
+            &daemon,
+            &json!({"mode": "live", "revision": "current", "outcome": "rate_limited"}),
+        )
+        .await;
+        assert_eq!(live["status"], "completed", "{backend:?}: {live}");
+        assert_eq!(live["progress"]["total"], 1, "{backend:?}: {live}");
+        let result = &live["results"][0];
+        assert_eq!(result["replayed"]["outcome"], "rate_limited", "{live}");
+        assert!(result["new_intake_id"].is_string(), "{backend:?}: {live}");
         daemon.stop();
+        db.drop_database().await;
     }
 }
 
