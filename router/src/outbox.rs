@@ -419,7 +419,8 @@ async fn apply(txn: &DatabaseTransaction, attempt: &Recorded, now: Millis) -> Re
     Ok(true)
 }
 
-fn attempt_words(attempt: &Recorded) -> String {
+/// How an attempt reads in its run's history.
+pub fn attempt_words(attempt: &Recorded) -> String {
     let mut words = format!(
         "attempt {} of series {}: {}",
         attempt.claimed.dispatch.attempts, attempt.claimed.dispatch.series, attempt.result

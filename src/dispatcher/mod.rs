@@ -11,6 +11,7 @@ mod members;
 pub mod message;
 pub mod preclaim;
 mod transports;
+pub mod writer_records;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,9 @@ pub struct Wake {
     pub pull: Notify,
     /// Dispatches the SQLite intake writer claimed for this dispatcher ([`preclaim`]).
     pub preclaims: preclaim::PreClaims,
+    /// Delivered attempts the SQLite intake writer records in its next batch
+    /// ([`writer_records`]).
+    pub records: writer_records::Inbox,
 }
 
 impl Wake {
@@ -136,7 +140,7 @@ async fn run(
 ) {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     let (records, queue) = mpsc::channel(IN_FLIGHT * 2);
-    let recorder = tokio::spawn(record_all(db.clone(), queue, healths));
+    let recorder = tokio::spawn(record_all(db.clone(), queue, healths, wake.clone()));
     let mut transports = Transports::default();
     let keeper = tokio::spawn(keep_alive(db.clone(), stopped.clone()));
     let timer = tokio::spawn(deadlines::run(db.clone(), stopped.clone()));
@@ -487,58 +491,109 @@ async fn deliver(
     }
 }
 
-/// Records finished attempts in batches (one transaction each), retrying while the store is
-/// down: a claim that lapses meanwhile is delivered again, never lost.
+/// Records finished attempts in batches: deliveries by the SQLite intake writer when it takes
+/// them in time ([`writer_records`]), the rest in a transaction of their own, retried while
+/// the store is down (a claim that lapses meanwhile is delivered again, never lost).
 async fn record_all(
     db: DatabaseConnection,
     mut queue: mpsc::Receiver<Recorded>,
     healths: Arc<TargetHealths>,
+    wake: Arc<Wake>,
 ) {
     let mut batch = Vec::with_capacity(CLAIM_BATCH);
     while queue.recv_many(&mut batch, CLAIM_BATCH).await > 0 {
-        let metrics = crate::metrics::metrics();
-        for recorded in &batch {
-            let target = &recorded.claimed.dispatch.target;
+        count(&batch, &healths);
+        let (delivered, mut others): (Vec<Recorded>, Vec<Recorded>) = batch
+            .drain(..)
+            .partition(|a| a.verdict == Verdict::Delivered);
+        others.extend(offer_to_writer(&wake.records, delivered).await);
+        if !others.is_empty() {
+            record_with_retries(&db, others).await;
+        }
+    }
+}
+
+/// Metrics and target health for finished attempts.
+fn count(batch: &[Recorded], healths: &TargetHealths) {
+    let metrics = crate::metrics::metrics();
+    for recorded in batch {
+        let target = &recorded.claimed.dispatch.target;
+        metrics
+            .dispatch_attempts
+            .get_or_create(&crate::metrics::AttemptLabels {
+                target: target.clone(),
+                result: recorded.result.clone(),
+            })
+            .inc();
+        if matches!(recorded.verdict, Verdict::DeadLetter { .. }) {
             metrics
-                .dispatch_attempts
-                .get_or_create(&crate::metrics::AttemptLabels {
+                .dead_letters
+                .get_or_create(&crate::metrics::TargetLabel {
                     target: target.clone(),
-                    result: recorded.result.clone(),
                 })
                 .inc();
-            if matches!(recorded.verdict, Verdict::DeadLetter { .. }) {
-                metrics
-                    .dead_letters
-                    .get_or_create(&crate::metrics::TargetLabel {
-                        target: target.clone(),
-                    })
-                    .inc();
-                metrics.run_finished("dead_lettered");
-            }
-            let delivered = recorded.verdict == Verdict::Delivered;
-            let gone = recorded.result == "target_gone";
-            let error = recorded
-                .error
-                .clone()
-                .or_else(|| recorded.status_code.map(|code| format!("HTTP {code}")));
-            healths.record(&recorded.claimed.dispatch.target, delivered, gone, error);
+            metrics.run_finished("dead_lettered");
         }
-        let mut tries = 0u32;
-        loop {
-            match outbox::record(&db, batch.clone(), now_millis()).await {
-                Ok(_) => break,
-                Err(error) if tries < 20 => {
-                    tries += 1;
-                    tracing::warn!(%error, size = batch.len(), "cannot record dispatch attempts; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 * u64::from(tries))).await;
-                }
-                Err(error) => {
-                    tracing::error!(%error, size = batch.len(), "giving up recording dispatch attempts; they will be delivered again when their claims lapse");
-                    break;
-                }
+        let delivered = recorded.verdict == Verdict::Delivered;
+        let gone = recorded.result == "target_gone";
+        let error = recorded
+            .error
+            .clone()
+            .or_else(|| recorded.status_code.map(|code| format!("HTTP {code}")));
+        healths.record(target, delivered, gone, error);
+    }
+}
+
+/// Offers deliveries to the SQLite intake writer; returns what is left for the recorder to
+/// record itself (no writer takes offers, it did not take them in time, or it could not
+/// record them).
+async fn offer_to_writer(inbox: &writer_records::Inbox, delivered: Vec<Recorded>) -> Vec<Recorded> {
+    let mut offered = match inbox.offer(delivered) {
+        Ok(offered) => offered,
+        Err(back) => return back,
+    };
+    let answer = match tokio::time::timeout(writer_records::TAKE_WITHIN, &mut offered.answer).await
+    {
+        Ok(answer) => answer,
+        Err(_) => match inbox.withdraw(&offered) {
+            Some(back) => return back,
+            None => offered.answer.await,
+        },
+    };
+    match answer {
+        Ok(Ok(_)) => Vec::new(),
+        Ok(Err((why, back))) => {
+            tracing::debug!(
+                why,
+                size = back.len(),
+                "the intake writer did not record deliveries; recording them here"
+            );
+            back
+        }
+        Err(_) => {
+            tracing::warn!(
+                "the intake writer stopped holding deliveries to record; their claims lapse and they are delivered again"
+            );
+            Vec::new()
+        }
+    }
+}
+
+async fn record_with_retries(db: &DatabaseConnection, batch: Vec<Recorded>) {
+    let mut tries = 0u32;
+    loop {
+        match outbox::record(db, batch.clone(), now_millis()).await {
+            Ok(_) => break,
+            Err(error) if tries < 20 => {
+                tries += 1;
+                tracing::warn!(%error, size = batch.len(), "cannot record dispatch attempts; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(tries))).await;
+            }
+            Err(error) => {
+                tracing::error!(%error, size = batch.len(), "giving up recording dispatch attempts; they will be delivered again when their claims lapse");
+                break;
             }
         }
-        batch.clear();
     }
 }
 

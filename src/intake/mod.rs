@@ -16,6 +16,7 @@ mod health;
 mod postgres_batch;
 mod preclaim;
 mod sqlite_checkpoint;
+mod sqlite_records;
 mod sqlite_writer;
 mod writer;
 

@@ -25,7 +25,9 @@ use super::sqlite_checkpoint::{self, Nudge};
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
 use crate::config::Durability;
 use crate::dispatcher::preclaim::PreClaims;
+use crate::dispatcher::writer_records::Taken;
 use crate::live::{Live, LiveConfig};
+use switchyard_router::outbox::Recorded;
 
 fn open(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
     let conn = Connection::open_with_flags(
@@ -83,8 +85,27 @@ fn run(
     checkpoints: Nudge,
     signals: &Signals,
 ) {
+    let records = &signals.wake.records;
+    records.open();
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = queue.blocking_recv() {
+    loop {
+        // Deliveries first; an offer of attempts to record wakes an idle writer too.
+        let first = futures::executor::block_on(async {
+            tokio::select! {
+                biased;
+                next = queue.recv() => Some(next),
+                () = records.offered() => None,
+            }
+        });
+        let first = match first {
+            Some(Some(first)) => first,
+            Some(None) => break,
+            None => {
+                record_only(&mut conn, records.take());
+                checkpoints.committed();
+                continue;
+            }
+        };
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
@@ -94,47 +115,85 @@ fn run(
         }
         let revision = live.current();
         let batch = std::mem::take(&mut batch);
+        // Delivered attempts the dispatcher offered ride along in this batch's transaction.
+        let taken = records.take();
         // A panic on one batch drops its replies (its senders answer 503, retry safe) and
         // leaves the transaction rolled back; the writer goes on with the next batch.
         let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            decide(&mut conn, &revision, batch, signals)
+            decide(&mut conn, &revision, batch, taken.attempts(), signals)
         }));
-        if decided.is_err() {
-            signals.health.panicked();
-            tracing::error!(
-                "the intake writer panicked on a batch; its senders were answered 503 and it goes on"
-            );
+        match decided {
+            Ok(Some(held)) => taken.recorded(&held),
+            Ok(None) => taken.failed("the batch transaction that carried them failed"),
+            Err(_) => {
+                taken.failed("the intake writer panicked on the batch that carried them");
+                signals.health.panicked();
+                tracing::error!(
+                    "the intake writer panicked on a batch; its senders were answered 503 and it goes on"
+                );
+            }
         }
         checkpoints.committed();
         checkpoints.catch_up(&conn);
     }
+    records.close();
 }
 
-/// Decides and answers every delivery of `batch`. If the batch as a whole keeps failing, each
-/// delivery is tried alone, so one poisonous delivery cannot refuse its neighbours.
-fn decide(conn: &mut Connection, live: &Live, batch: Vec<Pending>, signals: &Signals) {
+/// Records offered attempts while no delivery is waiting, in a transaction of their own.
+fn record_only(conn: &mut Connection, taken: Taken) {
+    if taken.attempts().is_empty() {
+        return;
+    }
+    let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _turn = switchyard_router::write_turn::take_blocking();
+        let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let held = super::sqlite_records::record(&txn, taken.attempts(), now_millis())?;
+        txn.commit()?;
+        Ok::<_, rusqlite::Error>(held)
+    }));
+    match recorded {
+        Ok(Ok(held)) => taken.recorded(&held),
+        Ok(Err(error)) => taken.failed(&error.to_string()),
+        Err(_) => taken.failed("the intake writer panicked recording them"),
+    }
+}
+
+/// Decides and answers every delivery of `batch`, recording `attempts` in the same transaction;
+/// returns, per attempt, whether it still held its claim, or `None` if they were not recorded.
+/// If the batch as a whole keeps failing, each delivery is tried alone (without the attempts),
+/// so one poisonous delivery cannot refuse its neighbours.
+fn decide(
+    conn: &mut Connection,
+    live: &Live,
+    batch: Vec<Pending>,
+    attempts: &[Recorded],
+    signals: &Signals,
+) -> Option<Vec<bool>> {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
     let _span = crate::telemetry::batch_commit(&deliveries);
-    match commit_with_retries(conn, live, &deliveries, &signals.wake.preclaims) {
-        Ok(committed) => {
+    match commit_with_retries(conn, live, &deliveries, attempts, &signals.wake.preclaims) {
+        Ok((committed, held)) => {
             crate::metrics::metrics().batch(committed.answers.len(), started.elapsed());
             tracing::debug!(
                 size = committed.answers.len(),
+                recorded = held.len(),
                 micros = started.elapsed().as_micros() as u64,
                 "batch committed"
             );
             answer_all(batch, committed, signals);
+            return Some(held);
         }
-        Err(error) if batch.len() > 1 => {
+        Err(error) if batch.len() > 1 || !attempts.is_empty() => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
             for pending in batch {
-                decide(conn, live, vec![pending], signals);
+                decide(conn, live, vec![pending], &[], signals);
             }
         }
         Err(error) if is_unstorable(&error) => refuse_unstorable(batch, &error),
         Err(error) => refuse_all(batch, &error, signals),
     }
+    None
 }
 
 /// An error about the delivery's values, which a retry would meet again.
@@ -153,12 +212,13 @@ fn commit_with_retries(
     conn: &mut Connection,
     live: &Live,
     deliveries: &[&Delivery],
+    attempts: &[Recorded],
     claims: &PreClaims,
-) -> rusqlite::Result<Committed> {
+) -> rusqlite::Result<(Committed, Vec<bool>)> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match commit_batch(conn, live, deliveries, claims) {
+        match commit_batch(conn, live, deliveries, attempts, claims) {
             Err(error) if attempt < super::writer::ATTEMPTS && is_lost_race(&error) => {
                 tracing::debug!(%error, attempt, "batch lost a race with another writer; retrying");
                 std::thread::sleep(super::writer::backoff(attempt));
@@ -182,13 +242,14 @@ fn is_lost_race(error: &rusqlite::Error) -> bool {
     )
 }
 
-/// One transaction: look up, decide, write, commit.
+/// One transaction: look up, decide, write, record the offered attempts, commit.
 fn commit_batch(
     conn: &mut Connection,
     live: &Live,
     deliveries: &[&Delivery],
+    attempts: &[Recorded],
     claims: &PreClaims,
-) -> rusqlite::Result<Committed> {
+) -> rusqlite::Result<(Committed, Vec<bool>)> {
     // Held until the commit: a pooled connection waiting for a turn then finds the lock free.
     let _turn = switchyard_router::write_turn::take_blocking();
     let now = now_millis();
@@ -207,12 +268,14 @@ fn commit_batch(
     flow_store::replace(&txn, &decided.flow)?;
     write(&txn, &decided)?;
     flow_store::write(&txn, &decided.flow, now)?;
+    let held = super::sqlite_records::record(&txn, attempts, now)?;
     txn.commit()?;
-    Ok(Committed {
+    let committed = Committed {
         expired_runs: decided.locks.expired_runs.len(),
         answers: decided.answers,
         preclaimed,
-    })
+    };
+    Ok((committed, held))
 }
 
 const INTAKE_COLUMNS: &str = "id, source, delivery_id, outcome, detail, channel, event_type, \

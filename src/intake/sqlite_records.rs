@@ -1,0 +1,85 @@
+//! Delivered attempts the SQLite writer records in its batch transaction (offered by the
+//! dispatcher, `dispatcher::writer_records`), applied exactly as `outbox::record` applies them:
+//! the dispatch still held by this claim (same owner, attempt and series, still pending)
+//! becomes `delivered` and its run `dispatched`, with a history entry; every attempt gets its
+//! attempt row, held or not.
+
+use rusqlite::{Transaction, params};
+use switchyard_router::Millis;
+use switchyard_router::entities::dispatch::DispatchStatus;
+use switchyard_router::entities::run::RunStatus;
+use switchyard_router::outbox::{Recorded, attempt_words};
+use uuid::Uuid;
+
+/// Records `attempts` (all deliveries); returns, per attempt, whether it still held its claim.
+pub(super) fn record(
+    txn: &Transaction<'_>,
+    attempts: &[Recorded],
+    now: Millis,
+) -> rusqlite::Result<Vec<bool>> {
+    let mut held = Vec::with_capacity(attempts.len());
+    if attempts.is_empty() {
+        return Ok(held);
+    }
+    let mut deliver = txn.prepare_cached(
+        "UPDATE dispatches SET status = ?2, claimed_by = NULL, delivered_at = ?3, \
+         updated_at = ?3 WHERE id = ?1 AND status = ?4 AND claimed_by = ?5 AND attempts = ?6 \
+         AND series = ?7",
+    )?;
+    let mut dispatched = txn.prepare_cached(
+        "UPDATE runs SET status = ?2, updated_at = ?3 WHERE id = ?1 AND status = ?4",
+    )?;
+    let mut history = txn.prepare_cached(
+        "INSERT INTO run_history (id, run_id, status, cause, detail, at) \
+         VALUES (?1, ?2, ?3, 'delivered', ?4, ?5)",
+    )?;
+    let mut attempt_row = txn.prepare_cached(
+        "INSERT INTO dispatch_attempts (id, dispatch_id, run_id, series, attempt, target, \
+         result, status_code, response, error, started_at, duration_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?;
+    for attempt in attempts {
+        let d = &attempt.claimed.dispatch;
+        let run_id = &attempt.claimed.run.id;
+        let still_held = deliver.execute(params![
+            d.id,
+            DispatchStatus::Delivered.as_str(),
+            now,
+            DispatchStatus::Pending.as_str(),
+            attempt.owner,
+            d.attempts,
+            d.series,
+        ])? == 1;
+        if still_held {
+            dispatched.execute(params![
+                run_id,
+                RunStatus::Dispatched.as_str(),
+                now,
+                RunStatus::Queued.as_str(),
+            ])?;
+            history.execute(params![
+                Uuid::now_v7().to_string(),
+                run_id,
+                RunStatus::Dispatched.as_str(),
+                attempt_words(attempt),
+                now,
+            ])?;
+        }
+        attempt_row.execute(params![
+            Uuid::now_v7().to_string(),
+            d.id,
+            d.run_id,
+            d.series,
+            d.attempts,
+            d.target,
+            attempt.result,
+            attempt.status_code,
+            attempt.response,
+            attempt.error,
+            attempt.started_at,
+            attempt.duration_ms,
+        ])?;
+        held.push(still_held);
+    }
+    Ok(held)
+}
