@@ -182,6 +182,44 @@ pub async fn claim_push(
     Ok(claimed)
 }
 
+/// Reads back dispatches another writer claimed for `owner` (the SQLite intake writer claims
+/// backlog rows for its daemon's dispatcher): those still pending under that claim, with their
+/// runs and lease expiries, as [`claim_push`] returns them.
+pub async fn claimed_rows<C: ConnectionTrait>(
+    db: &C,
+    ids: &[String],
+    owner: &str,
+) -> Result<Vec<ClaimedRun>, DbErr> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = dispatch::Entity::find()
+        .filter(dispatch::Column::Id.is_in(ids.iter().cloned()))
+        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
+        .filter(dispatch::Column::ClaimedBy.eq(owner))
+        .order_by_asc(dispatch::Column::DueAt)
+        .order_by_asc(dispatch::Column::Id)
+        .all(db)
+        .await?;
+    let runs = runs_of(db, &rows).await?;
+    let mut claimed: Vec<ClaimedRun> = rows
+        .into_iter()
+        .filter_map(|row| {
+            let run = runs.get(&row.run_id)?.clone();
+            Some(ClaimedRun {
+                dispatch: row,
+                run,
+                lease_expires_at: 0,
+            })
+        })
+        .collect();
+    let expiries = lease_expiries(db, &claimed.iter().map(|c| &c.run).collect::<Vec<_>>()).await?;
+    for claim in &mut claimed {
+        claim.lease_expires_at = expiries.get(&claim.run.id).copied().unwrap_or(0);
+    }
+    Ok(claimed)
+}
+
 async fn cancel<C: ConnectionTrait>(
     txn: &C,
     dispatch_id: &str,

@@ -13,7 +13,7 @@ pub mod preclaim;
 mod transports;
 pub mod writer_records;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -163,7 +163,10 @@ async fn run(
                     .push()
                     .iter()
                     .map(|t| (t.name.clone(), t.in_flight.clone(), millis(t.claim_for))),
-                current.max_running.iter().map(|m| m.workflow_id.clone()),
+                current
+                    .max_running
+                    .iter()
+                    .map(|m| (m.workflow_id.clone(), m.target.clone())),
             );
         }
         let sender = Sender {
@@ -197,11 +200,21 @@ async fn run(
             .to_json();
             sender.send(target, pre.claimed, message, trace, pre.permits);
         }
+        let backlog_claims = wake.preclaims.take_backlog();
+        if !backlog_claims.is_empty() {
+            send_backlog(&sender, transports.push(), backlog_claims, &current).await;
+        }
         let mut more = false;
+        let mut delegated = false;
         if claim_now {
             backlog = false;
         }
         for target in transports.push().iter().filter(|_| claim_now) {
+            // The SQLite intake writer claims the backlog in its own transaction.
+            if wake.preclaims.writer_claims_for(&target.name) {
+                delegated = true;
+                continue;
+            }
             // Claim only what can be sent now: a claimed row waiting for a free slot would
             // see its claim lapse and be claimed (and sent) again. A full target is looked at
             // again when one of its deliveries ends (it wakes the loop).
@@ -237,6 +250,10 @@ async fn run(
                 }
             }
         }
+        if delegated {
+            wake.preclaims.want_backlog();
+            wake.records.wake_writer();
+        }
         if more {
             tokio::task::yield_now().await;
             claim_now = true;
@@ -245,7 +262,7 @@ async fn run(
         claim_now = tokio::select! {
             _ = wake.dispatcher.notified() => true,
             _ = wake.preclaims.ready.notified() => false,
-            _ = wake.preclaims.slot_freed.notified() => backlog,
+            _ = wake.preclaims.slot_freed.notified() => backlog || wake.preclaims.backlog_left(),
             _ = tokio::time::sleep(POLL) => true,
             _ = stopped.changed() => true,
         };
@@ -365,8 +382,7 @@ async fn keep_alive(db: DatabaseConnection, mut stopped: watch::Receiver<bool>) 
     }
 }
 
-/// Claims due dispatches of one push target and builds their messages, each in the trace of
-/// its run (with tracing on, the message names its attempt's span).
+/// Claims due dispatches of one push target and builds their messages.
 async fn claim(
     db: &DatabaseConnection,
     target: &PushTarget,
@@ -376,7 +392,7 @@ async fn claim(
 ) -> anyhow::Result<Vec<(ClaimedRun, Vec<u8>, DispatchSpan)>> {
     let now = now_millis();
     let claim_until = now.saturating_add(millis(target.claim_for));
-    let mut claimed = outbox::claim_push(
+    let claimed = outbox::claim_push(
         db,
         &target.name,
         owner,
@@ -386,6 +402,18 @@ async fn claim(
         &live.max_running,
     )
     .await?;
+    messages(db, target, claimed, live, now).await
+}
+
+/// Builds the messages of claimed dispatches, each in the trace of its run (with tracing on,
+/// the message names its attempt's span).
+async fn messages(
+    db: &DatabaseConnection,
+    target: &PushTarget,
+    mut claimed: Vec<ClaimedRun>,
+    live: &Live,
+    now: Millis,
+) -> anyhow::Result<Vec<(ClaimedRun, Vec<u8>, DispatchSpan)>> {
     // The principal is checked again against the revision in force, before any worker sees
     // the run: one whose principal was suspended meanwhile ends here, `authority_revoked`.
     let mut allowed = Vec::with_capacity(claimed.len());
@@ -413,6 +441,45 @@ async fn claim(
             Some((claimed, body, trace))
         })
         .collect())
+}
+
+/// Sends the backlog rows the SQLite intake writer claimed, read back first. A row that cannot
+/// be read now stays claimed until its claim lapses, then is claimed and sent again.
+async fn send_backlog(
+    sender: &Sender<'_>,
+    targets: &[PushTarget],
+    claims: Vec<preclaim::BacklogClaim>,
+    live: &Live,
+) {
+    let mut by_target: BTreeMap<String, HashMap<String, preclaim::Permits>> = BTreeMap::new();
+    for claim in claims {
+        by_target
+            .entry(claim.target)
+            .or_default()
+            .insert(claim.dispatch_id, claim.permits);
+    }
+    for (name, mut permits) in by_target {
+        let Some(target) = targets.iter().find(|t| t.name == name) else {
+            continue;
+        };
+        let ids: Vec<String> = permits.keys().cloned().collect();
+        let built = match outbox::claimed_rows(sender.db, &ids, sender.owner).await {
+            Ok(claimed) => messages(sender.db, target, claimed, live, now_millis()).await,
+            Err(error) => Err(error.into()),
+        };
+        match built {
+            Ok(built) => {
+                for (claimed, message, trace) in built {
+                    if let Some(slots) = permits.remove(&claimed.dispatch.id) {
+                        sender.send(target, claimed, message, trace, slots);
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(target = %name, %error, "cannot read back the dispatches the intake writer claimed; they are sent once their claims lapse");
+            }
+        }
+    }
 }
 
 /// One attempt, and what it means for the dispatch.

@@ -3,6 +3,10 @@
 //! run reaches its worker without a claim transaction of its own (on SQLite that transaction
 //! waited for the one write lock in turn with intake, and delayed intake in turn).
 //!
+//! The writer also claims the oldest due rows of a target's backlog (runs that found no free
+//! slot, retries come due, lapsed claims) when the dispatcher asks for them: the dispatcher
+//! then reads those rows back and sends them, and takes no write transaction of its own.
+//!
 //! Invariant: a pre-claimed dispatch row is what `outbox::claim_push` would have written
 //! (claimed by this dispatcher, one attempt, due when the claim lapses), taken only while the
 //! target has a free slot (the permits travel with the claim), never for a workflow under
@@ -11,6 +15,7 @@
 //! retry) leaves a claim that lapses: the dispatch is claimed and sent again, same id.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use switchyard_router::Millis;
@@ -50,7 +55,20 @@ struct State {
     slots: HashMap<String, Slot>,
     /// Workflows under `max_running`: never pre-claimed.
     capped: HashSet<String>,
+    /// Targets with a workflow under `max_running`: the dispatcher claims their backlog itself
+    /// (in arrival order against the workflow's slots).
+    capped_targets: HashSet<String>,
     ready: Vec<PreClaimed>,
+    /// Backlog rows claimed by the writer: target, dispatch id, slots.
+    backlog: Vec<BacklogClaim>,
+}
+
+/// A backlog row the writer claimed; the dispatcher reads it back before sending it.
+#[derive(Debug)]
+pub struct BacklogClaim {
+    pub target: String,
+    pub dispatch_id: String,
+    pub permits: Permits,
 }
 
 /// A dispatch claimed at intake, with what its message needs.
@@ -73,6 +91,13 @@ pub struct Claim {
 #[derive(Debug, Default)]
 pub struct PreClaims {
     state: Mutex<State>,
+    /// A SQLite intake writer runs and claims backlog rows when asked ([`PreClaims::wants_backlog`]).
+    writer: AtomicBool,
+    /// The dispatcher asked for backlog rows; the writer looks at its next transaction.
+    backlog_wanted: AtomicBool,
+    /// Due rows may be waiting for a free slot (a claim found none, or the writer's last look
+    /// filled every slot): a freed slot is worth asking the writer for more.
+    backlog_left: AtomicBool,
     /// Pre-claims were handed over: send them (no claim transaction needed).
     pub ready: Notify,
     /// A delivery ended and freed a slot: claim again if rows were left waiting for one.
@@ -90,7 +115,7 @@ impl PreClaims {
         owner: &str,
         all: &Arc<Semaphore>,
         targets: impl Iterator<Item = (String, Arc<Semaphore>, Millis)>,
-        capped: impl Iterator<Item = String>,
+        capped: impl Iterator<Item = (String, String)>,
     ) {
         let mut state = self.state();
         state.owner = Some(owner.to_owned());
@@ -106,7 +131,7 @@ impl PreClaims {
                 )
             })
             .collect();
-        state.capped = capped.collect();
+        (state.capped, state.capped_targets) = capped.unzip();
     }
 
     /// Whether any push target may be claimed for (the intake writer skips its work if not).
@@ -118,6 +143,7 @@ impl PreClaims {
     /// The dispatcher stopped: nothing more is claimed, nothing waiting is sent.
     pub fn close(&self) {
         *self.state() = State::default();
+        self.backlog_wanted.store(false, Ordering::SeqCst);
     }
 
     /// A claim for a new run's dispatch of `workflow` to `target`, if one may be taken now.
@@ -128,13 +154,85 @@ impl PreClaims {
             return None;
         }
         let slot = state.slots.get(target)?;
-        let all = state.all.clone()?.try_acquire_owned().ok()?;
-        let target = slot.in_flight.clone().try_acquire_owned().ok()?;
+        let permits = state
+            .all
+            .clone()?
+            .try_acquire_owned()
+            .and_then(|all| Ok((all, slot.in_flight.clone().try_acquire_owned()?)));
+        let Ok((all, target)) = permits else {
+            self.backlog_left.store(true, Ordering::SeqCst);
+            return None;
+        };
         Some(Claim {
             owner,
             until: now.saturating_add(slot.claim_for),
             permits: Permits::new(all, target),
         })
+    }
+
+    /// The SQLite intake writer started (stopped): it claims backlog rows when asked.
+    pub fn writer_running(&self, running: bool) {
+        self.writer.store(running, Ordering::SeqCst);
+    }
+
+    /// Whether the writer claims `target`'s backlog (not while a workflow on it is capped).
+    pub fn writer_claims_for(&self, target: &str) -> bool {
+        self.writer.load(Ordering::SeqCst) && !self.state().capped_targets.contains(target)
+    }
+
+    /// The dispatcher wants backlog rows claimed (then wakes the writer).
+    pub fn want_backlog(&self) {
+        self.backlog_wanted.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether backlog rows are wanted; the writer takes the request.
+    pub fn wants_backlog(&self) -> bool {
+        self.backlog_wanted.swap(false, Ordering::SeqCst)
+    }
+
+    /// Whether due rows may be waiting for a slot (see the field).
+    pub fn backlog_left(&self) -> bool {
+        self.backlog_left.load(Ordering::SeqCst)
+    }
+
+    /// The writer looked: rows `left` or not.
+    pub fn set_backlog_left(&self, left: bool) {
+        self.backlog_left.store(left, Ordering::SeqCst);
+    }
+
+    /// The targets whose backlog the writer may claim, each with its free slots.
+    pub fn backlog_targets(&self) -> Vec<(String, usize)> {
+        let state = self.state();
+        let (Some(_), Some(all)) = (&state.owner, &state.all) else {
+            return Vec::new();
+        };
+        state
+            .slots
+            .iter()
+            .filter(|(name, _)| !state.capped_targets.contains(*name))
+            .map(|(name, slot)| {
+                let free = all
+                    .available_permits()
+                    .min(slot.in_flight.available_permits());
+                (name.clone(), free)
+            })
+            .collect()
+    }
+
+    /// After the commit that claimed backlog rows.
+    pub fn hand_over_backlog(&self, claimed: Vec<BacklogClaim>) {
+        if claimed.is_empty() {
+            return;
+        }
+        let mut state = self.state();
+        if state.owner.is_some() {
+            state.backlog.extend(claimed);
+            self.ready.notify_one();
+        }
+    }
+
+    pub fn take_backlog(&self) -> Vec<BacklogClaim> {
+        std::mem::take(&mut self.state().backlog)
     }
 
     /// After the commit that wrote the claims.

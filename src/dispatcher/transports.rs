@@ -21,8 +21,8 @@ pub struct PushTarget {
     pub schedule: Arc<RetrySchedule>,
     /// How long a claim for one attempt lasts: past it, another dispatcher may try again.
     pub claim_for: Duration,
-    /// Deliveries this target may have in flight: the dispatcher claims no more than it can
-    /// send at once, so no claimed row waits behind others while its claim runs out.
+    /// Claims this target may hold at once: [`CLAIM_WINDOW`] times what its transport sends at
+    /// once, so the next attempts are claimed and read while the current ones are in flight.
     pub in_flight: Arc<Semaphore>,
 }
 
@@ -35,9 +35,13 @@ pub struct Transports {
 }
 
 /// Slack on top of an attempt's longest duration before its claim lapses: time to record it.
-/// A claim covers one attempt that starts at once (see [`PushTarget::in_flight`]); past the
-/// slack, an unrecorded attempt (a crash, a store outage) is delivered again under its id.
+/// Past it, an unrecorded attempt (a crash, a store outage) is delivered again under its id.
 const CLAIM_SLACK: Duration = Duration::from_secs(5);
+/// Claims an http target may hold, in multiples of its `max_in_flight`. The transport sends
+/// `max_in_flight` at once, in claim order, so a claimed attempt waits behind at most
+/// `CLAIM_WINDOW - 1` rounds of attempts of at most `timeout` each: its claim lasts
+/// `CLAIM_WINDOW` timeouts plus the slack, and never lapses while it waits its turn.
+const CLAIM_WINDOW: u32 = 4;
 /// Longest NATS attempt: the transport's connect grace (2 s) plus its publish timeout (10 s).
 const NATS_ATTEMPT: Duration = Duration::from_secs(12);
 /// In-flight cap of a NATS target (publishes pipeline on one connection).
@@ -94,8 +98,8 @@ impl Transports {
                 (
                     Arc::new(transport),
                     &config.retry,
-                    config.timeout + CLAIM_SLACK,
-                    config.max_in_flight,
+                    config.timeout * CLAIM_WINDOW + CLAIM_SLACK,
+                    config.max_in_flight * CLAIM_WINDOW as usize,
                 )
             }
             ResolvedTarget::Nats(config) => {

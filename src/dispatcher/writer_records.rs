@@ -42,8 +42,8 @@ struct State {
 #[derive(Debug, Default)]
 pub struct Inbox {
     state: Mutex<State>,
-    /// Something was offered (wakes an idle writer).
-    offered: Notify,
+    /// Something was offered, or backlog rows are wanted (wakes an idle writer).
+    wake_writer: Notify,
 }
 
 /// An offer waiting for the writer.
@@ -98,7 +98,7 @@ impl Inbox {
             answer,
         });
         drop(state);
-        self.offered.notify_one();
+        self.wake_writer();
         Ok(Offered {
             id,
             answer: answered,
@@ -112,9 +112,14 @@ impl Inbox {
         Some(state.offers.remove(at).attempts)
     }
 
-    /// Completes when something may have been offered since the last [`Inbox::take`].
-    pub async fn offered(&self) {
-        self.offered.notified().await;
+    /// Wakes the writer (if idle) to look at the inbox and for backlog rows wanted.
+    pub fn wake_writer(&self) {
+        self.wake_writer.notify_one();
+    }
+
+    /// Completes when the writer was woken since it last waited.
+    pub async fn woken(&self) {
+        self.wake_writer.notified().await;
     }
 
     /// Everything offered so far (the writer, at the start of a batch).

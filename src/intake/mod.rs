@@ -15,6 +15,7 @@ mod flow_store;
 mod health;
 mod postgres_batch;
 mod preclaim;
+mod sqlite_backlog;
 mod sqlite_checkpoint;
 mod sqlite_records;
 mod sqlite_writer;

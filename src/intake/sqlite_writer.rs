@@ -86,22 +86,25 @@ fn run(
     signals: &Signals,
 ) {
     let records = &signals.wake.records;
+    let claims = &signals.wake.preclaims;
     records.open();
+    claims.writer_running(true);
     let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
-        // Deliveries first; an offer of attempts to record wakes an idle writer too.
+        // Deliveries first; the dispatcher wakes an idle writer too (attempts to record,
+        // backlog rows wanted).
         let first = futures::executor::block_on(async {
             tokio::select! {
                 biased;
                 next = queue.recv() => Some(next),
-                () = records.offered() => None,
+                () = records.woken() => None,
             }
         });
         let first = match first {
             Some(Some(first)) => first,
             Some(None) => break,
             None => {
-                record_only(&mut conn, records.take());
+                record_and_claim(&mut conn, records.take(), claims);
                 checkpoints.committed();
                 continue;
             }
@@ -137,23 +140,31 @@ fn run(
         checkpoints.catch_up(&conn);
     }
     records.close();
+    claims.writer_running(false);
 }
 
-/// Records offered attempts while no delivery is waiting, in a transaction of their own.
-fn record_only(conn: &mut Connection, taken: Taken) {
-    if taken.attempts().is_empty() {
-        return;
-    }
-    let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+/// Records offered attempts and claims backlog rows wanted while no delivery is waiting, in a
+/// transaction of their own.
+fn record_and_claim(conn: &mut Connection, taken: Taken, claims: &PreClaims) {
+    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _turn = switchyard_router::write_turn::take_blocking();
+        let now = now_millis();
         let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let held = super::sqlite_records::record(&txn, taken.attempts(), now_millis())?;
+        let backlog = super::sqlite_backlog::claim(&txn, claims, now)?;
+        let held = super::sqlite_records::record(&txn, taken.attempts(), now)?;
         txn.commit()?;
-        Ok::<_, rusqlite::Error>(held)
+        Ok::<_, rusqlite::Error>((held, backlog))
     }));
-    match recorded {
-        Ok(Ok(held)) => taken.recorded(&held),
-        Ok(Err(error)) => taken.failed(&error.to_string()),
+    match done {
+        Ok(Ok((held, backlog))) => {
+            claims.hand_over_backlog(backlog);
+            taken.recorded(&held);
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "cannot record dispatch attempts or claim backlog rows; the dispatcher takes over");
+            claims.want_backlog();
+            taken.failed(&error.to_string());
+        }
         Err(_) => taken.failed("the intake writer panicked recording them"),
     }
 }
@@ -185,6 +196,8 @@ fn decide(
             return Some(held);
         }
         Err(error) if batch.len() > 1 || !attempts.is_empty() => {
+            // Backlog rows it may have been asked for are asked for again.
+            signals.wake.preclaims.want_backlog();
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
             for pending in batch {
                 decide(conn, live, vec![pending], &[], signals);
@@ -264,12 +277,15 @@ fn commit_batch(
     };
     flow_store::windows(&txn, &lookups.flow, &found.leases, now, &mut found.flow)?;
     let mut decided = decide::decide(deliveries, lookups, found, live, now);
+    // The backlog's oldest rows take free slots before this batch's new runs.
+    let backlog = super::sqlite_backlog::claim(&txn, claims, now)?;
     let preclaimed = super::preclaim::claim(&mut decided, deliveries, claims, now);
     flow_store::replace(&txn, &decided.flow)?;
     write(&txn, &decided)?;
     flow_store::write(&txn, &decided.flow, now)?;
     let held = super::sqlite_records::record(&txn, attempts, now)?;
     txn.commit()?;
+    claims.hand_over_backlog(backlog);
     let committed = Committed {
         expired_runs: decided.locks.expired_runs.len(),
         answers: decided.answers,
