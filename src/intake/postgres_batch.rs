@@ -32,6 +32,7 @@ use super::decide::{self, Committed, Decided, Found, Lookups, SourceKey};
 use super::flow::Writes;
 use super::flow_store::postgres as flow_store;
 use super::{Answer, Delivery};
+use crate::dispatcher::preclaim::PreClaims;
 use crate::live::Live;
 
 /// Row-locking reads see the latest committed lease.
@@ -63,12 +64,13 @@ impl Writer {
         &mut self,
         live: &Live,
         deliveries: &[&Delivery],
+        claims: &PreClaims,
     ) -> Result<Committed, DbErr> {
         let conn = match &mut self.held {
             Some(conn) => conn,
             None => self.held.insert(self.pool.acquire().await.map_err(db_err)?),
         };
-        let result = commit_batch(conn, &mut self.known_gates, live, deliveries).await;
+        let result = commit_batch(conn, &mut self.known_gates, live, deliveries, claims).await;
         if matches!(result, Err(DbErr::Conn(_))) {
             self.held = None;
         }
@@ -81,6 +83,7 @@ async fn commit_batch(
     known_gates: &mut HashSet<String>,
     live: &Live,
     deliveries: &[&Delivery],
+    claims: &PreClaims,
 ) -> Result<Committed, DbErr> {
     let now = now_millis();
     let lookups = Lookups::needed(deliveries, live);
@@ -102,6 +105,7 @@ async fn commit_batch(
         .await
         .map_err(db_err)?;
     let mut decided = decide::decide(deliveries, lookups, found, live, now);
+    let preclaimed = super::preclaim::claim(&mut decided, deliveries, claims, now);
     let expired_runs = decided.locks.expired_runs.len();
     let flow = std::mem::take(&mut decided.flow);
     flow_store::replace(&mut txn, &flow).await.map_err(db_err)?;
@@ -110,7 +114,7 @@ async fn commit_batch(
     Ok(Committed {
         answers,
         expired_runs,
-        preclaimed: Vec::new(),
+        preclaimed,
     })
 }
 
@@ -280,10 +284,10 @@ WITH created AS ( \
         last_uid = excluded.last_uid, updated_at = excluded.updated_at \
 ), outbox AS ( \
     INSERT INTO dispatches (id, run_id, tenant_id, workflow_id, target, status, attempts, \
-                            series, due_at, created_at, updated_at) \
+                            series, due_at, created_at, updated_at, claimed_by) \
     SELECT * FROM UNNEST($52::text[], $53::text[], $54::text[], $55::text[], $56::text[], \
                          $57::text[], $58::int4[], $59::int4[], $60::int8[], $61::int8[], \
-                         $62::int8[]) \
+                         $62::int8[], $86::text[]) \
 ), history AS ( \
     INSERT INTO run_history (id, run_id, status, cause, detail, at) \
     SELECT * FROM UNNEST($63::text[], $64::text[], $65::text[], $66::text[], $67::text[], \
@@ -430,6 +434,7 @@ async fn write(
         .bind(take(&mut members, |m| m.joined_at))
         .bind(take(&mut due, |(id, _)| std::mem::take(id)))
         .bind(take(&mut due, |(_, at)| *at))
+        .bind(take(&mut dispatches, |d| d.claimed_by.take()))
         .execute(&mut **txn)
         .await
         .map_err(db_err)?;

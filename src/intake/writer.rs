@@ -18,6 +18,7 @@ use super::flow_store::orm as flow_store;
 use super::health::Signals;
 use super::postgres_batch;
 use super::{Answer, Delivery, MAX_BATCH, Pending, answer_all, refuse_all, refuse_unstorable};
+use crate::dispatcher::preclaim::PreClaims;
 use crate::live::{Live, LiveConfig};
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
 use crate::store::ledger;
@@ -70,7 +71,7 @@ async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, signals: &S
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
     let span = crate::telemetry::batch_commit(&deliveries);
-    let committed = commit_with_retries(store, live, &deliveries).await;
+    let committed = commit_with_retries(store, live, &deliveries, &signals.wake.preclaims).await;
     drop(span);
     match committed {
         Ok(committed) => {
@@ -113,12 +114,13 @@ async fn commit_with_retries(
     store: &mut Store,
     live: &Live,
     deliveries: &[&Delivery],
+    claims: &PreClaims,
 ) -> Result<Committed, DbErr> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let result = match store {
-            Store::Postgres(writer) => writer.commit_batch(live, deliveries).await,
+            Store::Postgres(writer) => writer.commit_batch(live, deliveries, claims).await,
             Store::Orm(db) => commit_batch(db, live, deliveries).await,
         };
         match result {
