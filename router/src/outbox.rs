@@ -279,10 +279,6 @@ pub async fn record(
     attempts: Vec<Recorded>,
     now: Millis,
 ) -> Result<usize, DbErr> {
-    let all_delivered = attempts.iter().all(|a| a.verdict == Verdict::Delivered);
-    if all_delivered && db.get_database_backend() == sea_orm::DbBackend::Postgres {
-        return record_delivered_postgres(db, &attempts, now).await;
-    }
     let txn = begin_write(db).await?;
     let mut applied = 0;
     let mut rows = Vec::with_capacity(attempts.len());
@@ -323,66 +319,6 @@ pub async fn record(
     }
     txn.commit().await?;
     Ok(applied)
-}
-
-/// [`record`] of deliveries only, on PostgreSQL: what [`apply_delivered`] and the attempt rows
-/// write, in one statement (one round trip, atomic on its own) instead of a transaction of six.
-const RECORD_DELIVERED: &str = "\
-WITH k AS ( \
-    SELECT * FROM UNNEST($1::text[], $2::text[], $3::int4[], $4::int4[], $5::text[], $6::text[], \
-                         $7::text[]) AS k(id, owner, attempts, series, run_id, words, history_id) \
-), held AS ( \
-    UPDATE dispatches AS d SET status = 'delivered', claimed_by = NULL, delivered_at = $8, \
-        updated_at = $8 \
-    FROM k WHERE d.id = k.id AND d.status = 'pending' AND d.claimed_by = k.owner \
-        AND d.attempts = k.attempts AND d.series = k.series \
-    RETURNING k.run_id, k.words, k.history_id \
-), dispatched AS ( \
-    UPDATE runs AS r SET status = 'dispatched', updated_at = $8 \
-    FROM held WHERE r.id = held.run_id AND r.status = 'queued' \
-), history AS ( \
-    INSERT INTO run_history (id, run_id, status, cause, detail, at) \
-    SELECT history_id, run_id, 'dispatched', 'delivered', words, $8 FROM held \
-), attempts AS ( \
-    INSERT INTO dispatch_attempts (id, dispatch_id, run_id, series, attempt, target, result, \
-                                   status_code, response, error, started_at, duration_ms) \
-    SELECT * FROM UNNEST($9::text[], $1::text[], $5::text[], $4::int4[], $3::int4[], \
-                         $10::text[], $11::text[], $12::int4[], $13::text[], $14::text[], \
-                         $15::int8[], $16::int8[]) \
-) \
-SELECT count(*) FROM held";
-
-async fn record_delivered_postgres(
-    db: &DatabaseConnection,
-    attempts: &[Recorded],
-    now: Millis,
-) -> Result<usize, DbErr> {
-    use sea_orm::sqlx::{self, Row};
-    fn column<T>(attempts: &[Recorded], f: impl Fn(&Recorded) -> T) -> Vec<T> {
-        attempts.iter().map(f).collect()
-    }
-    let held: i64 = sqlx::query(RECORD_DELIVERED)
-        .bind(column(attempts, |a| a.claimed.dispatch.id.clone()))
-        .bind(column(attempts, |a| a.owner.clone()))
-        .bind(column(attempts, |a| a.claimed.dispatch.attempts))
-        .bind(column(attempts, |a| a.claimed.dispatch.series))
-        .bind(column(attempts, |a| a.claimed.run.id.clone()))
-        .bind(column(attempts, attempt_words))
-        .bind(column(attempts, |_| Uuid::now_v7().to_string()))
-        .bind(now)
-        .bind(column(attempts, |_| Uuid::now_v7().to_string()))
-        .bind(column(attempts, |a| a.claimed.dispatch.target.clone()))
-        .bind(column(attempts, |a| a.result.clone()))
-        .bind(column(attempts, |a| a.status_code))
-        .bind(column(attempts, |a| a.response.clone()))
-        .bind(column(attempts, |a| a.error.clone()))
-        .bind(column(attempts, |a| a.started_at))
-        .bind(column(attempts, |a| a.duration_ms))
-        .fetch_one(db.get_postgres_connection_pool())
-        .await
-        .and_then(|row| row.try_get(0))
-        .map_err(|error| DbErr::Query(sea_orm::RuntimeErr::SqlxError(error.into())))?;
-    Ok(usize::try_from(held).unwrap_or(0))
 }
 
 /// Applies delivered attempts: the dispatches still held by their claim become `delivered`,
