@@ -558,7 +558,7 @@ async fn deliver(
     }
 }
 
-/// Records finished attempts in batches: deliveries by the SQLite intake writer when it takes
+/// Records finished attempts in batches: deliveries and retries by the SQLite intake writer when it takes
 /// them in time ([`writer_records`]), the rest in a transaction of their own, retried while
 /// the store is down (a claim that lapses meanwhile is delivered again, never lost).
 async fn record_all(
@@ -570,10 +570,10 @@ async fn record_all(
     let mut batch = Vec::with_capacity(CLAIM_BATCH);
     while queue.recv_many(&mut batch, CLAIM_BATCH).await > 0 {
         count(&batch, &healths);
-        let (delivered, mut others): (Vec<Recorded>, Vec<Recorded>) = batch
+        let (offered, mut others): (Vec<Recorded>, Vec<Recorded>) = batch
             .drain(..)
-            .partition(|a| a.verdict == Verdict::Delivered);
-        others.extend(offer_to_writer(&wake.records, delivered).await);
+            .partition(|a| !matches!(a.verdict, Verdict::DeadLetter { .. }));
+        others.extend(offer_to_writer(&wake.records, offered).await);
         if !others.is_empty() {
             record_with_retries(&db, others).await;
         }
@@ -611,7 +611,7 @@ fn count(batch: &[Recorded], healths: &TargetHealths) {
     }
 }
 
-/// Offers deliveries to the SQLite intake writer; returns what is left for the recorder to
+/// Offers attempts to the SQLite intake writer; returns what is left for the recorder to
 /// record itself (no writer takes offers, it did not take them in time, or it could not
 /// record them).
 async fn offer_to_writer(inbox: &writer_records::Inbox, delivered: Vec<Recorded>) -> Vec<Recorded> {

@@ -1,4 +1,4 @@
-//! Delivered attempts offered to the SQLite intake writer, which records them in its next
+//! Delivered and failed (to be retried) attempts offered to the SQLite intake writer, which records them in its next
 //! batch transaction: on SQLite a record transaction of the dispatcher's own waited for the one
 //! write lock in turn with intake's, and intake waited for it in turn (pre-claims, the same
 //! idea for claims, are in [`super::preclaim`]).
@@ -79,13 +79,15 @@ impl Inbox {
         state.offers.clear();
     }
 
-    /// Offers delivered `attempts` to the writer, or gives them back if no writer takes offers
-    /// (or one of them is not a delivery: the writer records deliveries only).
+    /// Offers `attempts` to the writer, or gives them back if no writer takes offers (or one
+    /// of them is a dead letter: the writer records deliveries and retries only).
     pub fn offer(&self, attempts: Vec<Recorded>) -> Result<Offered, Vec<Recorded>> {
         let mut state = self.state();
         if !state.open
             || attempts.is_empty()
-            || attempts.iter().any(|a| a.verdict != Verdict::Delivered)
+            || attempts
+                .iter()
+                .any(|a| matches!(a.verdict, Verdict::DeadLetter { .. }))
         {
             return Err(attempts);
         }
@@ -254,11 +256,13 @@ mod tests {
             .unwrap_err();
         assert_eq!(ids(&back), ["dispatch-1"]);
         inbox.open();
-        let retry = Verdict::Retry { next_due: 5 };
+        let dead = Verdict::DeadLetter {
+            reason: "max_attempts",
+        };
         let back = inbox
-            .offer(vec![attempt(1, Verdict::Delivered), attempt(2, retry)])
+            .offer(vec![attempt(1, Verdict::Delivered), attempt(2, dead)])
             .unwrap_err();
-        assert_eq!(ids(&back), ["dispatch-1", "dispatch-2"], "only deliveries");
+        assert_eq!(ids(&back), ["dispatch-1", "dispatch-2"], "no dead letters");
         inbox.close();
         assert!(inbox.offer(vec![attempt(3, Verdict::Delivered)]).is_err());
     }

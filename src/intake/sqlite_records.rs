@@ -1,17 +1,19 @@
-//! Delivered attempts the SQLite writer records in its batch transaction (offered by the
-//! dispatcher, `dispatcher::writer_records`), applied exactly as `outbox::record` applies them:
-//! the dispatch still held by this claim (same owner, attempt and series, still pending)
-//! becomes `delivered` and its run `dispatched`, with a history entry; every attempt gets its
-//! attempt row, held or not.
+//! Attempts the SQLite writer records in its batch transaction (offered by the dispatcher,
+//! `dispatcher::writer_records`), applied exactly as `outbox::record` applies them, only to a
+//! dispatch still held by this claim (same owner, attempt and series, still pending): a
+//! delivery makes it `delivered` and its run `dispatched`; a failed attempt gives the claim up
+//! with its error and next due time. Each with a history entry; every attempt gets its attempt
+//! row, held or not. Dead letters (which release leases) stay with the dispatcher's recorder.
 
 use rusqlite::{Transaction, params};
-use switchyard_router::Millis;
 use switchyard_router::entities::dispatch::DispatchStatus;
 use switchyard_router::entities::run::RunStatus;
-use switchyard_router::outbox::{Recorded, attempt_words};
+use switchyard_router::outbox::{Recorded, Verdict, attempt_words};
+use switchyard_router::{Millis, millis_rfc3339};
 use uuid::Uuid;
 
-/// Records `attempts` (all deliveries); returns, per attempt, whether it still held its claim.
+/// Records `attempts` (deliveries and retries); returns, per attempt, whether it still held its
+/// claim.
 pub(super) fn record(
     txn: &Transaction<'_>,
     attempts: &[Recorded],
@@ -29,9 +31,13 @@ pub(super) fn record(
     let mut dispatched = txn.prepare_cached(
         "UPDATE runs SET status = ?2, updated_at = ?3 WHERE id = ?1 AND status = ?4",
     )?;
+    let mut retry = txn.prepare_cached(
+        "UPDATE dispatches SET claimed_by = NULL, last_error = ?2, due_at = ?3, updated_at = ?4 \
+         WHERE id = ?1 AND status = ?5 AND claimed_by = ?6 AND attempts = ?7 AND series = ?8",
+    )?;
     let mut history = txn.prepare_cached(
         "INSERT INTO run_history (id, run_id, status, cause, detail, at) \
-         VALUES (?1, ?2, ?3, 'delivered', ?4, ?5)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     let mut attempt_row = txn.prepare_cached(
         "INSERT INTO dispatch_attempts (id, dispatch_id, run_id, series, attempt, target, \
@@ -41,30 +47,62 @@ pub(super) fn record(
     for attempt in attempts {
         let d = &attempt.claimed.dispatch;
         let run_id = &attempt.claimed.run.id;
-        let still_held = deliver.execute(params![
-            d.id,
-            DispatchStatus::Delivered.as_str(),
-            now,
-            DispatchStatus::Pending.as_str(),
-            attempt.owner,
-            d.attempts,
-            d.series,
-        ])? == 1;
-        if still_held {
-            dispatched.execute(params![
-                run_id,
-                RunStatus::Dispatched.as_str(),
-                now,
-                RunStatus::Queued.as_str(),
-            ])?;
-            history.execute(params![
-                Uuid::now_v7().to_string(),
-                run_id,
-                RunStatus::Dispatched.as_str(),
-                attempt_words(attempt),
-                now,
-            ])?;
-        }
+        let words = attempt_words(attempt);
+        let still_held = match &attempt.verdict {
+            Verdict::Delivered => {
+                let held = deliver.execute(params![
+                    d.id,
+                    DispatchStatus::Delivered.as_str(),
+                    now,
+                    DispatchStatus::Pending.as_str(),
+                    attempt.owner,
+                    d.attempts,
+                    d.series,
+                ])? == 1;
+                if held {
+                    dispatched.execute(params![
+                        run_id,
+                        RunStatus::Dispatched.as_str(),
+                        now,
+                        RunStatus::Queued.as_str(),
+                    ])?;
+                    history.execute(params![
+                        Uuid::now_v7().to_string(),
+                        run_id,
+                        RunStatus::Dispatched.as_str(),
+                        "delivered",
+                        words,
+                        now,
+                    ])?;
+                }
+                held
+            }
+            Verdict::Retry { next_due } => {
+                let held = retry.execute(params![
+                    d.id,
+                    words,
+                    next_due,
+                    now,
+                    DispatchStatus::Pending.as_str(),
+                    attempt.owner,
+                    d.attempts,
+                    d.series,
+                ])? == 1;
+                if held {
+                    history.execute(params![
+                        Uuid::now_v7().to_string(),
+                        run_id,
+                        RunStatus::Queued.as_str(),
+                        "attempt_failed",
+                        format!("{words}; next attempt at {}", millis_rfc3339(*next_due)),
+                        now,
+                    ])?;
+                }
+                held
+            }
+            // Never offered: `Inbox::offer` gives dead letters back to the recorder.
+            Verdict::DeadLetter { .. } => false,
+        };
         attempt_row.execute(params![
             Uuid::now_v7().to_string(),
             d.id,
