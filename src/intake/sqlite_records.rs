@@ -48,7 +48,8 @@ pub(super) fn record(
         let d = &attempt.claimed.dispatch;
         let run_id = &attempt.claimed.run.id;
         let words = attempt_words(attempt);
-        let still_held = match &attempt.verdict {
+        // The history entry of an attempt that still held its claim.
+        let entry = match &attempt.verdict {
             Verdict::Delivered => {
                 let held = deliver.execute(params![
                     d.id,
@@ -66,16 +67,8 @@ pub(super) fn record(
                         now,
                         RunStatus::Queued.as_str(),
                     ])?;
-                    history.execute(params![
-                        Uuid::now_v7().to_string(),
-                        run_id,
-                        RunStatus::Dispatched.as_str(),
-                        "delivered",
-                        words,
-                        now,
-                    ])?;
                 }
-                held
+                held.then_some((RunStatus::Dispatched, "delivered", words))
             }
             Verdict::Retry { next_due } => {
                 let held = retry.execute(params![
@@ -88,21 +81,22 @@ pub(super) fn record(
                     d.attempts,
                     d.series,
                 ])? == 1;
-                if held {
-                    history.execute(params![
-                        Uuid::now_v7().to_string(),
-                        run_id,
-                        RunStatus::Queued.as_str(),
-                        "attempt_failed",
-                        format!("{words}; next attempt at {}", millis_rfc3339(*next_due)),
-                        now,
-                    ])?;
-                }
-                held
+                let detail = format!("{words}; next attempt at {}", millis_rfc3339(*next_due));
+                held.then_some((RunStatus::Queued, "attempt_failed", detail))
             }
             // Never offered: `Inbox::offer` gives dead letters back to the recorder.
-            Verdict::DeadLetter { .. } => false,
+            Verdict::DeadLetter { .. } => None,
         };
+        if let Some((status, cause, detail)) = &entry {
+            history.execute(params![
+                Uuid::now_v7().to_string(),
+                run_id,
+                status.as_str(),
+                cause,
+                detail,
+                now,
+            ])?;
+        }
         attempt_row.execute(params![
             Uuid::now_v7().to_string(),
             d.id,
@@ -117,7 +111,7 @@ pub(super) fn record(
             attempt.started_at,
             attempt.duration_ms,
         ])?;
-        held.push(still_held);
+        held.push(entry.is_some());
     }
     Ok(held)
 }
