@@ -96,6 +96,7 @@ impl Daemon {
             wake,
             targets,
             console: Arc::default(),
+            pending: Arc::default(),
         };
         Ok(Self {
             state,

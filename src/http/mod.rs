@@ -38,6 +38,8 @@ use crate::sources::SourceStatuses;
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub db: DatabaseConnection,
+    /// `/readyz`'s pending counts, read at most once a second.
+    pub pending: Arc<health::PendingCache>,
     pub live: LiveConfig,
     pub intake: Intake,
     pub sources: Arc<SourceStatuses>,
