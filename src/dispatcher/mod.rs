@@ -39,7 +39,7 @@ pub struct Wake {
     pub pull: Notify,
     /// Dispatches the SQLite intake writer claimed for this dispatcher ([`preclaim`]).
     pub preclaims: preclaim::PreClaims,
-    /// Delivered attempts the SQLite intake writer records in its next batch
+    /// Delivered and retried attempts the SQLite intake writer records in its next batch
     /// ([`writer_records`]).
     pub records: writer_records::Inbox,
 }
@@ -211,7 +211,7 @@ async fn run(
         }
         for target in transports.push().iter().filter(|_| claim_now) {
             // The SQLite intake writer claims the backlog in its own transaction.
-            if wake.preclaims.writer_claims_for(&target.name) {
+            if wake.records.is_open() && wake.preclaims.writer_may_claim_for(&target.name) {
                 delegated = true;
                 continue;
             }
@@ -558,9 +558,9 @@ async fn deliver(
     }
 }
 
-/// Records finished attempts in batches: deliveries and retries by the SQLite intake writer when it takes
-/// them in time ([`writer_records`]), the rest in a transaction of their own, retried while
-/// the store is down (a claim that lapses meanwhile is delivered again, never lost).
+/// Records finished attempts in batches: deliveries and retries by the SQLite intake writer
+/// when it takes them in time ([`writer_records`]), the rest in a transaction of their own,
+/// retried while the store is down (a claim that lapses meanwhile is delivered again).
 async fn record_all(
     db: DatabaseConnection,
     mut queue: mpsc::Receiver<Recorded>,
@@ -614,8 +614,8 @@ fn count(batch: &[Recorded], healths: &TargetHealths) {
 /// Offers attempts to the SQLite intake writer; returns what is left for the recorder to
 /// record itself (no writer takes offers, it did not take them in time, or it could not
 /// record them).
-async fn offer_to_writer(inbox: &writer_records::Inbox, delivered: Vec<Recorded>) -> Vec<Recorded> {
-    let mut offered = match inbox.offer(delivered) {
+async fn offer_to_writer(inbox: &writer_records::Inbox, attempts: Vec<Recorded>) -> Vec<Recorded> {
+    let mut offered = match inbox.offer(attempts) {
         Ok(offered) => offered,
         Err(back) => return back,
     };
@@ -633,13 +633,13 @@ async fn offer_to_writer(inbox: &writer_records::Inbox, delivered: Vec<Recorded>
             tracing::debug!(
                 why,
                 size = back.len(),
-                "the intake writer did not record deliveries; recording them here"
+                "the intake writer did not record these attempts; recording them here"
             );
             back
         }
         Err(_) => {
             tracing::warn!(
-                "the intake writer stopped holding deliveries to record; their claims lapse and they are delivered again"
+                "the intake writer stopped holding attempts to record; their claims lapse and they are sent again"
             );
             Vec::new()
         }

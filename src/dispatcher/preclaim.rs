@@ -91,8 +91,6 @@ pub struct Claim {
 #[derive(Debug, Default)]
 pub struct PreClaims {
     state: Mutex<State>,
-    /// A SQLite intake writer runs and claims backlog rows when asked ([`PreClaims::wants_backlog`]).
-    writer: AtomicBool,
     /// The dispatcher asked for backlog rows; the writer looks at its next transaction.
     backlog_wanted: AtomicBool,
     /// Due rows may be waiting for a free slot (a claim found none, or the writer's last look
@@ -170,14 +168,10 @@ impl PreClaims {
         })
     }
 
-    /// The SQLite intake writer started (stopped): it claims backlog rows when asked.
-    pub fn writer_running(&self, running: bool) {
-        self.writer.store(running, Ordering::SeqCst);
-    }
-
-    /// Whether the writer claims `target`'s backlog (not while a workflow on it is capped).
-    pub fn writer_claims_for(&self, target: &str) -> bool {
-        self.writer.load(Ordering::SeqCst) && !self.state().capped_targets.contains(target)
+    /// Whether a running SQLite intake writer may claim `target`'s backlog: not while a
+    /// workflow on it is capped (the dispatcher claims those against the workflow's slots).
+    pub fn writer_may_claim_for(&self, target: &str) -> bool {
+        !self.state().capped_targets.contains(target)
     }
 
     /// The dispatcher wants backlog rows claimed (then wakes the writer).

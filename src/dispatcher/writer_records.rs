@@ -66,6 +66,12 @@ impl Inbox {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether a SQLite intake writer is running: it takes offers, and claims backlog rows
+    /// when asked (`PreClaims::want_backlog`).
+    pub fn is_open(&self) -> bool {
+        self.state().open
+    }
+
     /// A SQLite intake writer is running and takes offers.
     pub fn open(&self) {
         self.state().open = true;

@@ -88,7 +88,6 @@ fn run(
     let records = &signals.wake.records;
     let claims = &signals.wake.preclaims;
     records.open();
-    claims.writer_running(true);
     let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
         // Deliveries first; the dispatcher wakes an idle writer too (attempts to record,
@@ -118,7 +117,7 @@ fn run(
         }
         let revision = live.current();
         let batch = std::mem::take(&mut batch);
-        // Delivered attempts the dispatcher offered ride along in this batch's transaction.
+        // Attempts the dispatcher offered ride along in this batch's transaction.
         let taken = records.take();
         // A panic on one batch drops its replies (its senders answer 503, retry safe) and
         // leaves the transaction rolled back; the writer goes on with the next batch.
@@ -140,7 +139,6 @@ fn run(
         checkpoints.catch_up(&conn);
     }
     records.close();
-    claims.writer_running(false);
 }
 
 /// Records offered attempts and claims backlog rows wanted while no delivery is waiting, in a
