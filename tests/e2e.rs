@@ -24,6 +24,7 @@ mod e2e {
     mod metrics;
     mod outage;
     mod pull;
+    mod query_plans;
     mod reload;
     mod replay;
     mod retention;

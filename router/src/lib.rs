@@ -8,6 +8,7 @@
 //! - [`bounded`]: ending runs past their authority, deadline or budget; usage; the deadline timer.
 
 pub mod bounded;
+pub mod by_key;
 pub mod ceilings;
 pub mod entities;
 mod index;

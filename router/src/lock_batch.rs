@@ -16,7 +16,7 @@ use sea_orm::sea_query::OnConflict;
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect};
 use uuid::Uuid;
 
-use crate::entities::{dispatch, entity_lock, run};
+use crate::entities::{entity_lock, run};
 use crate::{Candidate, Millis};
 
 /// What routing decided for one event.
@@ -318,27 +318,18 @@ impl LockChanges {
                 .await?;
         }
         if !self.expired_runs.is_empty() {
-            run::Entity::update_many()
-                .col_expr(run::Column::Status, run::RunStatus::Expired.as_str().into())
-                .col_expr(run::Column::UpdatedAt, self.now.into())
-                .col_expr(run::Column::FinishedAt, self.now.into())
-                .filter(run::Column::Id.is_in(self.expired_runs.iter().cloned()))
-                .filter(run::Column::Status.is_in(ACTIVE))
+            // By key alone ([`crate::by_key`]): active runs expire, and nothing is left to
+            // deliver for a run that lost its entity.
+            crate::by_key::runs_expired(self.expired_runs.iter().cloned(), self.now)
                 .exec(db)
                 .await?;
-            // Nothing is left to deliver for a run that lost its entity.
-            dispatch::Entity::update_many()
-                .col_expr(
-                    dispatch::Column::Status,
-                    dispatch::DispatchStatus::Cancelled.as_str().into(),
-                )
-                .col_expr(dispatch::Column::Reason, "lease_expired".into())
-                .col_expr(dispatch::Column::ClaimToken, Option::<String>::None.into())
-                .col_expr(dispatch::Column::UpdatedAt, self.now.into())
-                .filter(dispatch::Column::RunId.is_in(self.expired_runs))
-                .filter(dispatch::Column::Status.eq(dispatch::DispatchStatus::Pending))
-                .exec(db)
-                .await?;
+            crate::by_key::pending_dispatches_cancelled(
+                self.expired_runs,
+                "lease_expired",
+                self.now,
+            )
+            .exec(db)
+            .await?;
         }
         Ok(())
     }

@@ -315,17 +315,24 @@ SELECT * FROM UNNEST($34::text[], $35::text[], $36::text[], $37::text[], $38::te
                      $44::text[], $45::text[], $46::text[], $47::text[], $48::text[], \
                      $49::text[], $50::int8[], $51::int8[], $71::text[], $72::text[])";
 
-/// Active runs whose expired lease another run took over (and their pending dispatches). Rare, so planned with its values each
-/// time ([`CUSTOM_PLANS`]): a generic plan could scan every queued run by the status index.
+/// Active runs whose expired lease another run took over (and their pending dispatches), found
+/// by key alone with the status checked in `SET` (`switchyard_router::by_key`). Rare, so also
+/// planned with its values each time ([`CUSTOM_PLANS`]).
 const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 const EXPIRE_RUNS: &str = "\
     WITH cancelled AS ( \
-        UPDATE dispatches SET status = 'cancelled', reason = 'lease_expired', \
-            claim_token = NULL, updated_at = $2 \
-        WHERE run_id = ANY($3::text[]) AND status = 'pending' \
+        UPDATE dispatches SET \
+            status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END, \
+            reason = CASE WHEN status = 'pending' THEN 'lease_expired' ELSE reason END, \
+            claim_token = CASE WHEN status = 'pending' THEN NULL ELSE claim_token END, \
+            updated_at = CASE WHEN status = 'pending' THEN $2 ELSE updated_at END \
+        WHERE run_id = ANY($3::text[]) \
     ) \
-    UPDATE runs SET status = $1, updated_at = $2, finished_at = $2 \
-    WHERE id = ANY($3::text[]) AND status = ANY($4::text[])";
+    UPDATE runs SET \
+        status = CASE WHEN status = ANY($4::text[]) THEN $1 ELSE status END, \
+        updated_at = CASE WHEN status = ANY($4::text[]) THEN $2 ELSE updated_at END, \
+        finished_at = CASE WHEN status = ANY($4::text[]) THEN $2 ELSE finished_at END \
+    WHERE id = ANY($3::text[])";
 
 /// Writes everything the batch decided (leases, runs, raw bytes, cursors, ledger rows) and
 /// returns its answers.

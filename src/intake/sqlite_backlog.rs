@@ -29,7 +29,7 @@ pub(super) fn claim(
             "SELECT d.id, d.workflow_id, r.status FROM dispatches d \
              JOIN runs r ON r.id = d.run_id \
              WHERE d.status = ?1 AND d.target = ?2 AND d.due_at <= ?3 \
-             ORDER BY d.due_at, d.id LIMIT ?4",
+             ORDER BY d.due_at LIMIT ?4",
         )?;
         let rows = due
             .query_map(

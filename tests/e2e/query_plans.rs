@@ -1,0 +1,139 @@
+//! The outbox statements that run behind a backlog are planned by key (or by the due index, in
+//! its order) on SQLite and PostgreSQL without statistics, as a freshly migrated database has
+//! none: never by walking every row of one status (`switchyard_router::by_key`). Each check is
+//! paired with the statement shape it replaced, which the same planner does walk, so a planner
+//! that chose keys anyway would fail the test rather than pass it unseen.
+
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, Database, DatabaseConnection, DbBackend, QueryFilter, QueryTrait,
+    Statement,
+};
+use sea_orm_migration::MigratorTrait;
+use switchyard_router::by_key;
+use switchyard_router::entities::dispatch::{self, DispatchStatus};
+use switchyard_router::entities::run::{self, RunStatus};
+use switchyard_router::outbox;
+
+use super::harness::{Backend, TestDb};
+
+/// Indexes led by `status`: a plan through one of them for a key list reads every row in
+/// that status.
+const STATUS_INDEXES: [&str; 5] = [
+    "dispatches_due",
+    "dispatches_claim_token",
+    "runs_status",
+    "runs_status_deadline_at",
+    "runs_tenant_status",
+];
+
+/// 256 keys, a claim batch.
+fn keys() -> Vec<String> {
+    (0..256)
+        .map(|i| format!("01a23800-0000-7000-8000-{i:012x}"))
+        .collect()
+}
+
+async fn plan(db: &DatabaseConnection, statement: Statement) -> String {
+    let backend = db.get_database_backend();
+    let explain = match backend {
+        DbBackend::Sqlite => "EXPLAIN QUERY PLAN",
+        _ => "EXPLAIN",
+    };
+    let rows = db
+        .query_all_raw(Statement {
+            sql: format!("{explain} {}", statement.sql),
+            ..statement
+        })
+        .await
+        .expect("EXPLAIN");
+    rows.iter()
+        .map(|row| {
+            let column = if backend == DbBackend::Sqlite { 3 } else { 0 };
+            row.try_get_by_index::<String>(column).expect("plan text")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn status_index(plan: &str) -> Option<&'static str> {
+    // Longest names first: `runs_status` is a prefix of the others.
+    let mut names = STATUS_INDEXES;
+    names.sort_by_key(|name| std::cmp::Reverse(name.len()));
+    names.into_iter().find(|name| {
+        plan.match_indices(name).any(|(at, _)| {
+            // A whole name, not a prefix of a longer one.
+            !plan[at + name.len()..].starts_with(|c: char| c == '_' || c.is_alphanumeric())
+        })
+    })
+}
+
+#[tokio::test]
+async fn statements_over_key_lists_are_planned_by_key() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(test_db) = TestDb::create(backend).await else {
+            continue;
+        };
+        let db = Database::connect(&test_db.url).await.expect("connect");
+        switchyard_migrations::Migrator::up(&db, None)
+            .await
+            .expect("migrate");
+        let kind = db.get_database_backend();
+        let checked = [
+            ("dispatches by id", by_key::dispatches(keys()).build(kind)),
+            (
+                "dispatches of runs",
+                by_key::dispatches_of_runs(keys()).build(kind),
+            ),
+            ("runs by id", by_key::runs(keys()).build(kind)),
+            (
+                "queued runs dispatched",
+                by_key::runs_dispatched(keys(), 1).build(kind),
+            ),
+            ("runs expired", by_key::runs_expired(keys(), 1).build(kind)),
+            (
+                "pending dispatches cancelled",
+                by_key::pending_dispatches_cancelled(keys(), "lease_expired", 1).build(kind),
+            ),
+        ];
+        for (what, statement) in checked {
+            let plan = plan(&db, statement).await;
+            assert_eq!(
+                status_index(&plan),
+                None,
+                "{backend:?}: {what} walks a status index:\n{plan}"
+            );
+        }
+        // The shapes these replaced: a status filter beside the key list.
+        let replaced = [
+            by_key::dispatches(keys())
+                .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
+                .build(kind),
+            by_key::runs_dispatched(keys(), 1)
+                .filter(run::Column::Status.eq(RunStatus::Queued))
+                .build(kind),
+        ];
+        for statement in replaced {
+            let plan = plan(&db, statement).await;
+            assert!(
+                status_index(&plan).is_some(),
+                "{backend:?}: this planner would not walk a status index here, so the check above proves nothing:\n{plan}"
+            );
+        }
+        // A claim reads the due index in its order: no sort of every due row.
+        let claim = outbox::due(
+            sea_orm::Condition::all().add(dispatch::Column::Target.eq("worker")),
+            1,
+            256,
+        )
+        .build(kind);
+        let plan = plan(&db, claim).await;
+        assert!(
+            plan.contains("dispatches_due")
+                && !plan.contains("Sort")
+                && !plan.contains("TEMP B-TREE"),
+            "{backend:?}: a claim sorts the due rows:\n{plan}"
+        );
+        drop(db);
+        test_db.drop_database().await;
+    }
+}
