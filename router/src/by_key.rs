@@ -7,7 +7,8 @@
 //! 160,000 queued runs, one `UPDATE runs ... WHERE id IN (256 ids) AND status = 'queued'` read
 //! all of them (40 ms on PostgreSQL), and on SQLite reading back 256 claimed dispatches took
 //! 100-270 ms behind 300,000 pending ones. Reads check the status on the rows they get back;
-//! updates set each column through [`if_status`], so a row in another status keeps its values.
+//! updates set each column through a `CASE` on the status, so a row in another status keeps
+//! its values.
 //! The e2e test `query_plans` asks both databases for the plan of every statement here.
 
 use sea_orm::sea_query::{Expr, SimpleExpr};
@@ -39,37 +40,31 @@ pub fn runs_dispatched(
     ids: impl IntoIterator<Item = String>,
     now: Millis,
 ) -> UpdateMany<run::Entity> {
-    let queued = [RunStatus::Queued.as_str()];
-    let set = |column, value: Value| if_status(run::Column::Status, &queued, column, value);
-    run::Entity::update_many()
-        .col_expr(
-            run::Column::Status,
-            set(run::Column::Status, RunStatus::Dispatched.as_str().into()),
-        )
-        .col_expr(
-            run::Column::UpdatedAt,
-            set(run::Column::UpdatedAt, now.into()),
-        )
-        .filter(run::Column::Id.is_in(ids))
+    update_where_status(
+        run::Column::Id,
+        ids,
+        run::Column::Status,
+        &[RunStatus::Queued.as_str()],
+        [
+            (run::Column::Status, RunStatus::Dispatched.as_str().into()),
+            (run::Column::UpdatedAt, now.into()),
+        ],
+    )
 }
 
 /// Those of these runs still active expire (they lost their entity lease).
 pub fn runs_expired(ids: impl IntoIterator<Item = String>, now: Millis) -> UpdateMany<run::Entity> {
-    let set = |column, value: Value| if_status(run::Column::Status, &ACTIVE, column, value);
-    run::Entity::update_many()
-        .col_expr(
-            run::Column::Status,
-            set(run::Column::Status, RunStatus::Expired.as_str().into()),
-        )
-        .col_expr(
-            run::Column::UpdatedAt,
-            set(run::Column::UpdatedAt, now.into()),
-        )
-        .col_expr(
-            run::Column::FinishedAt,
-            set(run::Column::FinishedAt, now.into()),
-        )
-        .filter(run::Column::Id.is_in(ids))
+    update_where_status(
+        run::Column::Id,
+        ids,
+        run::Column::Status,
+        &ACTIVE,
+        [
+            (run::Column::Status, RunStatus::Expired.as_str().into()),
+            (run::Column::UpdatedAt, now.into()),
+            (run::Column::FinishedAt, now.into()),
+        ],
+    )
 }
 
 /// The pending dispatches of these runs are cancelled with `reason` (nothing is left to deliver
@@ -79,42 +74,42 @@ pub fn pending_dispatches_cancelled(
     reason: &str,
     now: Millis,
 ) -> UpdateMany<dispatch::Entity> {
-    let pending = [DispatchStatus::Pending.as_str()];
-    let set = |column, value: Value| if_status(dispatch::Column::Status, &pending, column, value);
-    dispatch::Entity::update_many()
-        .col_expr(
-            dispatch::Column::Status,
-            set(
+    update_where_status(
+        dispatch::Column::RunId,
+        run_ids,
+        dispatch::Column::Status,
+        &[DispatchStatus::Pending.as_str()],
+        [
+            (
                 dispatch::Column::Status,
                 DispatchStatus::Cancelled.as_str().into(),
             ),
-        )
-        .col_expr(
-            dispatch::Column::Reason,
-            set(dispatch::Column::Reason, reason.into()),
-        )
-        .col_expr(
-            dispatch::Column::ClaimToken,
-            set(dispatch::Column::ClaimToken, Option::<String>::None.into()),
-        )
-        .col_expr(
-            dispatch::Column::UpdatedAt,
-            set(dispatch::Column::UpdatedAt, now.into()),
-        )
-        .filter(dispatch::Column::RunId.is_in(run_ids))
+            (dispatch::Column::Reason, reason.into()),
+            (dispatch::Column::ClaimToken, Option::<String>::None.into()),
+            (dispatch::Column::UpdatedAt, now.into()),
+        ],
+    )
 }
 
-/// `value` where `status_column` is one of `statuses`, else `column` as it is: a conditional
-/// SET for an update whose WHERE clause names only keys.
-pub fn if_status<S, C>(status_column: S, statuses: &[&str], column: C, value: Value) -> SimpleExpr
-where
-    S: ColumnTrait,
-    C: ColumnTrait,
-{
-    Expr::case(
-        status_column.is_in(statuses.iter().copied()),
-        Expr::val(value),
-    )
-    .finally(Expr::col(column))
-    .into()
+/// An update of the rows whose `key` is one of `keys` that applies `changes` only to those whose
+/// `status` is one of `statuses`: the WHERE clause names the key alone, and each column is set
+/// through a `CASE` that leaves a row in another status as it is.
+fn update_where_status<E: EntityTrait>(
+    key: E::Column,
+    keys: impl IntoIterator<Item = String>,
+    status: E::Column,
+    statuses: &[&str],
+    changes: impl IntoIterator<Item = (E::Column, Value)>,
+) -> UpdateMany<E> {
+    let changed = |column: E::Column, value: Value| -> SimpleExpr {
+        Expr::case(status.is_in(statuses.iter().copied()), Expr::val(value))
+            .finally(Expr::col(column))
+            .into()
+    };
+    changes
+        .into_iter()
+        .fold(E::update_many(), |update, (column, value)| {
+            update.col_expr(column, changed(column, value))
+        })
+        .filter(key.is_in(keys))
 }
