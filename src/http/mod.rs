@@ -13,6 +13,7 @@ mod ingest_slack_actions;
 mod ingest_webhook;
 mod intake_answer;
 mod metrics;
+mod oversize;
 pub(crate) mod replays;
 mod revisions;
 pub(crate) mod runs;
@@ -54,10 +55,11 @@ pub struct AppState {
 }
 
 /// The whole HTTP surface, with the server's body limits: a declared body over `body_limit` is
-/// refused before it is read, every body must arrive within `body_read_timeout`, and the
+/// refused before it reaches a handler (read and discarded first, so the client sees the 413), every body must arrive within `body_read_timeout`, and the
 /// signed ingest endpoints buffer unverified bodies only within `unverified_body_budget`.
 pub fn router(state: AppState, server: &ServerConfig) -> Router {
     let body_limit = server.body_limit;
+    let body_read_timeout = server.body_read_timeout;
     let admin = Router::new()
         .merge(
             events::router().route_layer(axum::middleware::from_fn(|request, next| {
@@ -112,7 +114,7 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
             server.body_read_timeout,
         ))
         .layer(axum::middleware::from_fn(move |request, next| {
-            refuse_declared_oversize(request, next, body_limit)
+            oversize::refuse_declared_oversize(request, next, body_limit, body_read_timeout)
         }))
         .with_state(state)
 }
@@ -166,23 +168,4 @@ impl UnverifiedBudget {
 /// Only `GET /metrics`, without a token: what `server.metrics_listen` serves.
 pub fn metrics_only(state: AppState) -> Router {
     metrics::router().with_state(state)
-}
-
-/// Answers 413 before reading a byte of a body whose declared `Content-Length` is over the
-/// limit (the body limit alone would read up to the limit first).
-async fn refuse_declared_oversize(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-    limit: usize,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let declared = request
-        .headers()
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    match declared {
-        Some(length) if length > limit as u64 => ApiError::TooLarge { limit }.into_response(),
-        _ => next.run(request).await,
-    }
 }
