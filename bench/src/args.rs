@@ -43,6 +43,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0.1)]
     pub hot_share: f64,
     /// How many times each (scenario, concurrency) cell is run; tables show the median run.
+    /// With `--dispatch`: rounds of closed loops, alternating the pull and push daemons, with
+    /// the median ratio reported.
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
     /// The daemon binary (default: target/release/switchyard under CARGO_TARGET_DIR or the

@@ -1,8 +1,9 @@
 //! Dispatch scenarios (`--dispatch http,nats`): the daemon delivers every routed run to a worker
 //! inside this process (an HTTP sink answering 204, or a JetStream consumer), which records when
 //! each run arrived. Measured per backend, beside the daemon with the built-in pull target
-//! (intake and outbox write only): routed-and-delivered runs/s at closed-loop concurrency,
-//! event-to-worker latency at an open-loop rate, and optionally a receiver outage.
+//! (intake and outbox write only): routed-and-delivered runs/s at closed-loop concurrency
+//! (`--repeat` rounds alternating the daemons, which all run at once), event-to-worker latency
+//! at an open-loop rate, and optionally a receiver outage.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -154,13 +155,20 @@ async fn start_consumer(arrivals: Arc<Arrivals>, url: &str) -> anyhow::Result<()
     Ok(())
 }
 
-/// The `[[target]]` table of `kind`, pointing at the sink.
-fn target_toml(kind: DispatchKind, sink: Option<SocketAddr>, nats_url: &str) -> String {
+/// The `[[target]]` table of `kind`, pointing at the sink. An http target may send as many
+/// runs at once as the load has requests in flight (`concurrency`): the sink takes any number,
+/// so neither side's window caps the other's rate.
+fn target_toml(
+    kind: DispatchKind,
+    sink: Option<SocketAddr>,
+    nats_url: &str,
+    concurrency: usize,
+) -> String {
     let retry = r#"retry = ["1s", "2s", "5s", "10s", "30s", "60s", "60s"]"#;
     match (kind, sink) {
         (DispatchKind::Http, Some(addr)) => format!(
             "\n[[target]]\nname = \"{TARGET}\"\nkind = \"http\"\nurl = \"http://{addr}/runs\"\n\
-             signing_secret_env = \"{}\"\ntimeout = \"5s\"\n{retry}\n",
+             signing_secret_env = \"{}\"\ntimeout = \"5s\"\nmax_in_flight = {concurrency}\n{retry}\n",
             config::SINK_SECRET_ENV
         ),
         _ => format!(
@@ -186,17 +194,30 @@ fn daemon_config(database_url: &str, durability: &str, target: Option<&str>) -> 
     }
 }
 
-/// What one push target measured.
+/// One closed-loop window of a push target.
 #[derive(Debug)]
-pub struct DispatchRun {
-    pub kind: DispatchKind,
-    /// Closed loop: intake as the load generator saw it.
+pub struct ClosedRound {
+    /// Intake as the load generator saw it.
     pub intake: RunResult,
     /// Distinct runs that arrived during the measured window.
     pub delivered: usize,
     /// Pending runs at the end of the window, and the time the daemon took to deliver them.
     pub backlog: Option<u64>,
     pub drain: Option<Duration>,
+}
+
+impl ClosedRound {
+    fn delivered_per_sec(&self) -> f64 {
+        self.delivered as f64 / self.intake.window.as_secs_f64()
+    }
+}
+
+/// What one push target measured.
+#[derive(Debug)]
+pub struct DispatchRun {
+    pub kind: DispatchKind,
+    /// One closed loop per `--repeat`, each right after the pull daemon's of the same round.
+    pub rounds: Vec<ClosedRound>,
     pub latency: Option<OpenLoop>,
     pub outage: Option<Outage>,
     pub daemon_warnings: (u64, Option<String>),
@@ -229,8 +250,8 @@ pub struct Outage {
 #[derive(Debug)]
 pub struct DispatchResult {
     pub backend: Backend,
-    /// The daemon with the built-in pull target under the same load.
-    pub pull: RunResult,
+    /// The daemon with the built-in pull target under the same load, one closed loop per round.
+    pub pull: Vec<RunResult>,
     pub pull_latency: Option<OpenLoop>,
     pub runs: Vec<DispatchRun>,
 }
@@ -258,25 +279,21 @@ pub async fn run(
     };
 
     eprintln!(
-        "== {}: dispatch, pull target (intake alone)",
-        backend.name()
+        "== {}: dispatch, pull target (intake alone) and {} push daemon(s)",
+        backend.name(),
+        args.dispatch.len()
     );
     let url = database("pull").await?;
-    let sub = tempfile::tempdir()?;
-    let daemon = start_daemon(
+    let pull_dir = tempfile::tempdir()?;
+    let pull_daemon = start_daemon(
         args,
         binary,
-        sub.path(),
+        pull_dir.path(),
         &daemon_config(&url, &args.durability, None),
     )
     .await?;
-    let pull = closed_loop(args, &daemon, scenario, concurrency, "pull").await;
-    let pull_latency = open_loop(args, &daemon, scenario, None).await;
-    daemon.stop();
-
-    let mut runs = Vec::new();
+    let mut pushes = Vec::new();
     for &kind in &args.dispatch {
-        eprintln!("== {}: dispatch to {}", backend.name(), kind.name());
         let arrivals = Arc::new(Arrivals::default());
         let sink = match kind {
             DispatchKind::Http => Some(start_sink(arrivals.clone()).await?),
@@ -286,21 +303,47 @@ pub async fn run(
             }
         };
         let url = database(kind.name()).await?;
-        let sub = tempfile::tempdir()?;
-        let table = target_toml(kind, sink, &args.nats_url);
+        let dir = tempfile::tempdir()?;
+        let table = target_toml(kind, sink, &args.nats_url, concurrency);
         let daemon = start_daemon(
             args,
             binary,
-            sub.path(),
+            dir.path(),
             &daemon_config(&url, &args.durability, Some(&table)),
         )
         .await?;
-        let started = Instant::now();
-        let intake = closed_loop(args, &daemon, scenario, concurrency, kind.name()).await;
-        let from = started + args.warmup;
-        let delivered = arrivals.count_between(from, from + args.duration);
-        let backlog = pending(daemon.addr).await;
-        let drain = wait_drained(daemon.addr).await;
+        pushes.push((kind, arrivals, daemon, dir, Vec::new()));
+    }
+
+    // Rounds alternate the daemons, so a ratio compares windows minutes apart at most, however
+    // this machine's speed drifts; the idle daemons wait beside the loaded one.
+    let mut pull = Vec::new();
+    for round in 1..=args.repeat.max(1) {
+        eprintln!("== {}: round {round}, pull", backend.name());
+        pull.push(closed_loop(args, &pull_daemon, scenario, concurrency, "pull").await);
+        for (kind, arrivals, daemon, _, rounds) in &mut pushes {
+            eprintln!("== {}: round {round}, {}", backend.name(), kind.name());
+            let started = Instant::now();
+            let intake = closed_loop(args, daemon, scenario, concurrency, kind.name()).await;
+            let from = started + args.warmup;
+            rounds.push(ClosedRound {
+                intake,
+                delivered: arrivals.count_between(from, from + args.duration),
+                backlog: pending(daemon.addr).await,
+                drain: wait_drained(daemon.addr).await,
+            });
+        }
+    }
+    let pull_latency = open_loop(args, &pull_daemon, scenario, None).await;
+    pull_daemon.stop();
+
+    let mut runs = Vec::new();
+    for (kind, arrivals, daemon, _dir, rounds) in pushes {
+        eprintln!(
+            "== {}: open loop and outage, {}",
+            backend.name(),
+            kind.name()
+        );
         let latency = open_loop(args, &daemon, scenario, Some(&arrivals)).await;
         let outage = match (kind, args.outage) {
             (DispatchKind::Http, Some(length)) => {
@@ -312,10 +355,7 @@ pub async fn run(
         daemon.stop();
         runs.push(DispatchRun {
             kind,
-            intake,
-            delivered,
-            backlog,
-            drain,
+            rounds,
             latency,
             outage,
             daemon_warnings,
@@ -536,50 +576,89 @@ async fn outage(
 
 /// The results as Markdown.
 pub fn print(result: &DispatchResult) {
-    let pull_routed = result.pull.outcome_per_sec("routed");
     println!("## Dispatch on {}\n", result.backend.name());
     println!(
-        "Closed loop; `delivered/s` counts distinct runs that reached the worker in the measured \
-         window; the ratio is to the routed/s of the daemon with the built-in pull target \
-         (intake and outbox write, no delivery) in the same bench run.\n"
+        "Closed loop, {} round(s); each round loads the daemon with the built-in pull target \
+         (intake and outbox write, no delivery), then each push daemon. `delivered/s` counts \
+         distinct runs that reached the worker in the measured window; the ratio is to the pull \
+         daemon's routed/s in the same round.\n",
+        result.pull.len()
     );
     println!(
-        "| target | answers/s | routed/s | delivered/s | delivered / pull routed | p99 ms | daemon CPU | gen CPU | other CPU | pending at end | drained in s | WARN/ERROR |"
+        "| round | target | answers/s | routed/s | delivered/s | delivered / pull routed | p99 ms | daemon CPU | gen CPU | other CPU | pending at end | drained in s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let row = |name: &str, run: &RunResult, delivered: Option<f64>, rest: String| {
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let row = |round: usize,
+               name: &str,
+               run: &RunResult,
+               delivered: Option<f64>,
+               pull: f64,
+               rest: String| {
         println!(
-            "| {name} | {:.0} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {rest} |",
+            "| {round} | {name} | {:.0} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {rest} |",
             run.ok_per_sec(),
             run.outcome_per_sec("routed"),
             delivered.map_or("-".into(), |d| format!("{d:.0}")),
-            delivered.map_or("-".into(), |d| format!("{:.2}", d / pull_routed.max(1e-9))),
+            delivered.map_or("-".into(), |d| format!("{:.2}", d / pull.max(1e-9))),
             run.latency_ms(0.99),
             run.cpu.server_cores,
             run.cpu.generator_cores,
             run.cpu.other_cores,
         );
     };
-    row(
-        "pull (intake alone)",
-        &result.pull,
-        None,
-        "- | - | -".into(),
-    );
-    for run in &result.runs {
-        let delivered = run.delivered as f64 / run.intake.window.as_secs_f64();
+    for (i, pull) in result.pull.iter().enumerate() {
+        let pull_routed = pull.outcome_per_sec("routed");
         row(
-            run.kind.name(),
-            &run.intake,
-            Some(delivered),
-            format!(
-                "{} | {} | {}",
-                run.backlog.map_or("?".into(), |n| n.to_string()),
-                run.drain
-                    .map_or("not drained".into(), |d| format!("{:.1}", d.as_secs_f64())),
-                run.daemon_warnings.0
-            ),
+            i + 1,
+            "pull (intake alone)",
+            pull,
+            None,
+            pull_routed,
+            "- | -".into(),
         );
+        for run in &result.runs {
+            let Some(round) = run.rounds.get(i) else {
+                continue;
+            };
+            row(
+                i + 1,
+                run.kind.name(),
+                &round.intake,
+                Some(round.delivered_per_sec()),
+                pull_routed,
+                format!(
+                    "{} | {}",
+                    round.backlog.map_or("?".into(), |n| n.to_string()),
+                    round
+                        .drain
+                        .map_or("not drained".into(), |d| format!("{:.1}", d.as_secs_f64())),
+                ),
+            );
+        }
+    }
+    for run in &result.runs {
+        let mut ratios: Vec<f64> = run
+            .rounds
+            .iter()
+            .zip(&result.pull)
+            .map(|(round, pull)| {
+                round.delivered_per_sec() / pull.outcome_per_sec("routed").max(1e-9)
+            })
+            .collect();
+        let each = ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        ratios.sort_by(f64::total_cmp);
+        if let Some(median) = ratios.get(ratios.len() / 2) {
+            println!(
+                "\n{}: delivered / pull routed per round {each}; median **{median:.2}**; daemon \
+                 WARN/ERROR lines {}.",
+                run.kind.name(),
+                run.daemon_warnings.0
+            );
+        }
     }
     println!(
         "\nOpen loop (event to worker: request written to the run's arrival at the worker):\n"
@@ -679,13 +758,15 @@ mod tests {
                 DispatchKind::Http,
                 Some(addr),
                 "nats://127.0.0.1:4222",
+                64,
             )),
         );
         let value: toml::Value = toml::from_str(&text).expect("TOML");
         assert_eq!(value["workflow"][0]["target"].as_str(), Some(TARGET));
         assert!(value["workflow"][1].get("target").is_none());
         assert_eq!(value["target"][0]["kind"].as_str(), Some("http"));
-        let nats = target_toml(DispatchKind::Nats, None, "nats://127.0.0.1:4222");
+        assert_eq!(value["target"][0]["max_in_flight"].as_integer(), Some(64));
+        let nats = target_toml(DispatchKind::Nats, None, "nats://127.0.0.1:4222", 64);
         let value: toml::Value = toml::from_str(&nats).expect("TOML");
         assert_eq!(
             value["target"][0]["subject"].as_str(),

@@ -534,16 +534,27 @@ async fn deliver(
             rejection.as_str().to_owned(),
         ),
     };
-    tracing::info!(
-        run_id = %claimed.run.id,
-        dispatch_id = %claimed.dispatch.id,
-        target = %target.name,
-        attempt = claimed.dispatch.attempts,
-        result = %result,
-        status = attempt.status,
-        error = attempt.error.as_deref(),
-        "dispatch attempt"
-    );
+    // A delivery is routine (its run history keeps it); a failure is news, a dead letter a warning.
+    macro_rules! log_attempt {
+        ($level:ident) => {
+            tracing::event!(
+                tracing::Level::$level,
+                run_id = %claimed.run.id,
+                dispatch_id = %claimed.dispatch.id,
+                target = %target.name,
+                attempt = claimed.dispatch.attempts,
+                result = %result,
+                status = attempt.status,
+                error = attempt.error.as_deref(),
+                "dispatch attempt"
+            )
+        };
+    }
+    match verdict {
+        Verdict::Delivered => log_attempt!(DEBUG),
+        Verdict::Retry { .. } => log_attempt!(INFO),
+        Verdict::DeadLetter { .. } => log_attempt!(WARN),
+    }
     trace.finish(&result, attempt.status);
     Recorded {
         claimed,
