@@ -137,3 +137,38 @@ async fn statements_over_key_lists_are_planned_by_key() {
         test_db.drop_database().await;
     }
 }
+
+/// The daemon's PostgreSQL connections plan every execution for its own values
+/// (`plan_cache_mode = force_custom_plan`, set in `store::connect`). With the default, in a
+/// bench at 256 concurrent requests the recorder's key-list statements (`id IN (...)`, 256 keys)
+/// ran 1.5 s each against 500,000 row versions, on CPU in `texteq` under `ExecEvalScalarArrayOp`,
+/// i.e. a whole-table scan, and the backlog stopped draining; the same statements with their
+/// values in the text are planned through the primary key. A cached generic plan is the one
+/// way such a statement scans: so the daemon's connections must never use one. (A small test
+/// table did not keep its generic plan as it grew, the index's root splits replan it, so this
+/// checks the setting rather than reproducing the scan.)
+#[tokio::test]
+async fn postgres_connections_plan_each_execution_for_its_values() {
+    let Some(test_db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let one = switchyard::config::DatabaseConfig {
+        url: test_db.url.clone(),
+        max_connections: Some(1),
+        ..Default::default()
+    };
+    let db = switchyard::store::connect(&test_db.url, &one)
+        .await
+        .expect("connect");
+    let rows = db
+        .query_all_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SHOW plan_cache_mode",
+        ))
+        .await
+        .expect("SHOW");
+    let mode: String = rows[0].try_get_by_index(0).expect("setting");
+    assert_eq!(mode, "force_custom_plan");
+    drop(db);
+    test_db.drop_database().await;
+}
