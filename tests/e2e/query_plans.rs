@@ -144,9 +144,9 @@ async fn statements_over_key_lists_are_planned_by_key() {
 /// ran 1.5 s each against 500,000 row versions, on CPU in `texteq` under `ExecEvalScalarArrayOp`,
 /// i.e. a whole-table scan, and the backlog stopped draining; the same statements with their
 /// values in the text are planned through the primary key. A cached generic plan is the one
-/// way such a statement scans: so the daemon's connections must never use one. (A small test
-/// table did not keep its generic plan as it grew, the index's root splits replan it, so this
-/// checks the setting rather than reproducing the scan.)
+/// way such a statement scans: so the daemon's connections must never use one. (A test table
+/// was replanned as it grew instead of keeping its generic plan, so this checks the setting
+/// rather than reproducing the scan.)
 #[tokio::test]
 async fn postgres_connections_plan_each_execution_for_its_values() {
     let Some(test_db) = TestDb::create(Backend::Postgres).await else {
