@@ -248,6 +248,37 @@ async fn bad_input_is_refused_with_a_specific_error_and_changes_nothing() {
         }
     }
 
+    // A client that waits for `100 Continue` is answered 413 at once and never sends the body.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(daemon.addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST /v1/events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
+             Idempotency-Key: big-expect\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+            daemon.addr,
+            super::harness::TOKEN,
+            8 * 1024 * 1024
+        );
+        stream.write_all(head.as_bytes()).await.expect("write");
+        let mut answer = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            stream.read_to_end(&mut answer),
+        )
+        .await
+        .expect("the 413 arrives without the body")
+        .expect("read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 413"),
+            "expected a 413 before any body byte: {answer}"
+        );
+        assert!(!answer.contains("100 Continue"), "{answer}");
+    }
+
     // Missing and wrong tokens.
     for token in [None, Some("wrong")] {
         let mut request = client
