@@ -210,6 +210,21 @@ impl ClosedRound {
     fn delivered_per_sec(&self) -> f64 {
         self.delivered as f64 / self.intake.window.as_secs_f64()
     }
+
+    /// Delivered per second over `pull`'s routed per second (the pull daemon's same round).
+    fn ratio_to(&self, pull: &RunResult) -> f64 {
+        self.delivered_per_sec() / pull.outcome_per_sec("routed").max(1e-9)
+    }
+}
+
+/// A push daemon waiting its turn in the rounds, with where its runs arrive.
+struct PushDaemon {
+    kind: DispatchKind,
+    arrivals: Arc<Arrivals>,
+    daemon: Server,
+    /// Holds the daemon's config directory until it stops.
+    _dir: tempfile::TempDir,
+    rounds: Vec<ClosedRound>,
 }
 
 /// What one push target measured.
@@ -312,25 +327,32 @@ pub async fn run(
             &daemon_config(&url, &args.durability, Some(&table)),
         )
         .await?;
-        pushes.push((kind, arrivals, daemon, dir, Vec::new()));
+        pushes.push(PushDaemon {
+            kind,
+            arrivals,
+            daemon,
+            _dir: dir,
+            rounds: Vec::new(),
+        });
     }
 
-    // Rounds alternate the daemons, so a ratio compares windows minutes apart at most, however
-    // this machine's speed drifts; the idle daemons wait beside the loaded one.
+    // Rounds alternate the daemons, so a ratio compares windows seconds apart, however this
+    // machine's speed drifts; the idle daemons wait beside the loaded one.
     let mut pull = Vec::new();
     for round in 1..=args.repeat.max(1) {
         eprintln!("== {}: round {round}, pull", backend.name());
         pull.push(closed_loop(args, &pull_daemon, scenario, concurrency, "pull").await);
-        for (kind, arrivals, daemon, _, rounds) in &mut pushes {
+        for push in &mut pushes {
+            let (kind, addr) = (push.kind, push.daemon.addr);
             eprintln!("== {}: round {round}, {}", backend.name(), kind.name());
             let started = Instant::now();
-            let intake = closed_loop(args, daemon, scenario, concurrency, kind.name()).await;
+            let intake = closed_loop(args, &push.daemon, scenario, concurrency, kind.name()).await;
             let from = started + args.warmup;
-            rounds.push(ClosedRound {
+            push.rounds.push(ClosedRound {
                 intake,
-                delivered: arrivals.count_between(from, from + args.duration),
-                backlog: pending(daemon.addr).await,
-                drain: wait_drained(daemon.addr).await,
+                delivered: push.arrivals.count_between(from, from + args.duration),
+                backlog: pending(addr).await,
+                drain: wait_drained(addr).await,
             });
         }
     }
@@ -338,7 +360,14 @@ pub async fn run(
     pull_daemon.stop();
 
     let mut runs = Vec::new();
-    for (kind, arrivals, daemon, _dir, rounds) in pushes {
+    for PushDaemon {
+        kind,
+        arrivals,
+        daemon,
+        rounds,
+        ..
+    } in pushes
+    {
         eprintln!(
             "== {}: open loop and outage, {}",
             backend.name(),
@@ -591,15 +620,14 @@ pub fn print(result: &DispatchResult) {
     let row = |round: usize,
                name: &str,
                run: &RunResult,
-               delivered: Option<f64>,
-               pull: f64,
+               delivered: Option<(f64, f64)>,
                rest: String| {
         println!(
             "| {round} | {name} | {:.0} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {rest} |",
             run.ok_per_sec(),
             run.outcome_per_sec("routed"),
-            delivered.map_or("-".into(), |d| format!("{d:.0}")),
-            delivered.map_or("-".into(), |d| format!("{:.2}", d / pull.max(1e-9))),
+            delivered.map_or("-".into(), |(d, _)| format!("{d:.0}")),
+            delivered.map_or("-".into(), |(_, ratio)| format!("{ratio:.2}")),
             run.latency_ms(0.99),
             run.cpu.server_cores,
             run.cpu.generator_cores,
@@ -607,15 +635,7 @@ pub fn print(result: &DispatchResult) {
         );
     };
     for (i, pull) in result.pull.iter().enumerate() {
-        let pull_routed = pull.outcome_per_sec("routed");
-        row(
-            i + 1,
-            "pull (intake alone)",
-            pull,
-            None,
-            pull_routed,
-            "- | -".into(),
-        );
+        row(i + 1, "pull (intake alone)", pull, None, "- | -".into());
         for run in &result.runs {
             let Some(round) = run.rounds.get(i) else {
                 continue;
@@ -624,8 +644,7 @@ pub fn print(result: &DispatchResult) {
                 i + 1,
                 run.kind.name(),
                 &round.intake,
-                Some(round.delivered_per_sec()),
-                pull_routed,
+                Some((round.delivered_per_sec(), round.ratio_to(pull))),
                 format!(
                     "{} | {}",
                     round.backlog.map_or("?".into(), |n| n.to_string()),
@@ -637,21 +656,19 @@ pub fn print(result: &DispatchResult) {
         }
     }
     for run in &result.runs {
-        let mut ratios: Vec<f64> = run
+        let ratios: Vec<f64> = run
             .rounds
             .iter()
             .zip(&result.pull)
-            .map(|(round, pull)| {
-                round.delivered_per_sec() / pull.outcome_per_sec("routed").max(1e-9)
-            })
+            .map(|(round, pull)| round.ratio_to(pull))
             .collect();
         let each = ratios
             .iter()
             .map(|r| format!("{r:.2}"))
             .collect::<Vec<_>>()
             .join(", ");
-        ratios.sort_by(f64::total_cmp);
-        if let Some(median) = ratios.get(ratios.len() / 2) {
+        // As every other table's median: the upper middle of an even count.
+        if let Some(median) = crate::startup::median(ratios.iter().copied()) {
             println!(
                 "\n{}: delivered / pull routed per round {each}; median **{median:.2}**; daemon \
                  WARN/ERROR lines {}.",

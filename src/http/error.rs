@@ -72,8 +72,9 @@ impl IntoResponse for ApiError {
         )
             .into_response();
         if matches!(self, ApiError::TooLarge { .. }) {
-            // The rest of the body was never read, so this connection cannot carry another
-            // request: say so, or a keep-alive client sends its next one into a closing socket.
+            // The rest of the body may be unread (past the drain in `oversize`, or a client
+            // waiting for `100 Continue`), so this connection carries no further request: say
+            // so, or a keep-alive client sends its next one into a closing socket.
             response.headers_mut().insert(
                 header::CONNECTION,
                 header::HeaderValue::from_static("close"),

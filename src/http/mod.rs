@@ -55,8 +55,9 @@ pub struct AppState {
 }
 
 /// The whole HTTP surface, with the server's body limits: a declared body over `body_limit` is
-/// refused before it reaches a handler (read and discarded first, so the client sees the 413), every body must arrive within `body_read_timeout`, and the
-/// signed ingest endpoints buffer unverified bodies only within `unverified_body_budget`.
+/// refused before it reaches a handler (`oversize`), every body must arrive within
+/// `body_read_timeout`, and the signed ingest endpoints buffer unverified bodies only within
+/// `unverified_body_budget`.
 pub fn router(state: AppState, server: &ServerConfig) -> Router {
     let body_limit = server.body_limit;
     let body_read_timeout = server.body_read_timeout;

@@ -24,12 +24,10 @@ pub(super) async fn refuse_declared_oversize(
     limit: usize,
     read_timeout: std::time::Duration,
 ) -> Response {
-    let Some(declared) = declared_length(request.headers()) else {
-        return next.run(request).await;
+    let declared = match declared_length(request.headers()) {
+        Some(declared) if declared > limit as u64 => declared,
+        _ => return next.run(request).await,
     };
-    if declared <= limit as u64 {
-        return next.run(request).await;
-    }
     if !waits_for_continue(request.headers()) && declared <= limit as u64 * DRAIN_FACTOR {
         let drained = tokio::time::timeout(read_timeout, discard(request.into_body())).await;
         if drained.is_err() {

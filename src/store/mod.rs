@@ -65,9 +65,10 @@ pub async fn connect(url: &str, config: &DatabaseConfig) -> Result<DatabaseConne
                     ("statement_timeout", STATEMENT_TIMEOUT),
                     ("lock_timeout", STATEMENT_TIMEOUT),
                     // Every execution planned for its own values. A prepared statement's generic
-                    // plan, chosen while a table was small, scanned the whole table for a key
-                    // list once it had grown (without a new ANALYZE nothing replans it): the
-                    // recorder's `id IN (...)` statements took 1.5 s each at 500,000 rows.
+                    // plan stays cached until something invalidates it; with one, the
+                    // recorder's `id IN (...)` statements scanned whole tables, 1.5 s each at
+                    // 500,000 rows. The intake writer's fixed array statements are the exception:
+                    // its transactions set `force_generic_plan` (`intake/postgres_batch.rs`).
                     ("plan_cache_mode", "force_custom_plan"),
                 ])
             })
