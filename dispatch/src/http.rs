@@ -1,13 +1,21 @@
 //! The `http` transport: a signed CloudEvents POST (Standard Webhooks headers), redirects not
-//! followed, concurrency capped per target.
+//! followed, concurrency capped per target. Requests go through hyper's pooled client
+//! (keep-alive HTTP/1.1, TLS by rustls with the webpki roots); the whole attempt, from connect
+//! to the kept part of the body, is bounded by the target's timeout.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-use reqwest::{StatusCode, Url};
+use http_body_util::{BodyExt, Full};
+use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::Semaphore;
+use url::Url;
 
 use crate::DispatchError;
 use crate::message;
@@ -20,7 +28,14 @@ use crate::transport::{
 /// Floor for the next delay after a 429 or a timeout: the receiver is struggling.
 const SLOW_DOWN: Duration = Duration::from_secs(60);
 /// Sent as `user-agent`.
-const USER_AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
+const AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
+/// How long an idle pooled connection is kept.
+const IDLE: Duration = Duration::from_secs(90);
+const WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+const WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+const WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// An HTTP endpoint runs are POSTed to.
 #[derive(Debug, Clone)]
@@ -37,18 +52,27 @@ pub struct HttpTarget {
     pub retry_on_4xx: bool,
 }
 
+type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
 /// Delivers to one [`HttpTarget`].
 #[derive(Debug)]
 pub struct HttpTransport {
-    url: Url,
+    uri: Uri,
     signing_keys: Vec<SigningKey>,
+    timeout: Duration,
     retry_on_4xx: bool,
-    client: reqwest::Client,
+    client: HttpsClient,
     in_flight: Semaphore,
 }
 
+/// Why an attempt got no response.
+enum Failure {
+    TimedOut,
+    Request(hyper_util::client::legacy::Error),
+}
+
 impl HttpTransport {
-    /// Checks the target and builds its client (rustls, no redirects, the target's timeout).
+    /// Checks the target and builds its client (rustls, no redirects, TCP_NODELAY).
     pub fn new(target: HttpTarget) -> Result<Self, DispatchError> {
         let url = Url::parse(&target.url).map_err(|source| DispatchError::InvalidUrl {
             url: target.url.clone(),
@@ -63,15 +87,31 @@ impl HttpTransport {
         if target.max_in_flight == 0 {
             return Err(DispatchError::ZeroInFlight);
         }
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(target.timeout)
-            .user_agent(USER_AGENT)
-            .build()
-            .map_err(DispatchError::HttpClient)?;
+        let uri: Uri = url
+            .as_str()
+            .parse()
+            .map_err(|error: hyper::http::uri::InvalidUri| {
+                DispatchError::HttpClient(error.to_string())
+            })?;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .map_err(|error| DispatchError::HttpClient(error.to_string()))?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(IDLE)
+            .pool_timer(TokioTimer::new())
+            .build(https);
         Ok(HttpTransport {
-            url,
+            uri,
             signing_keys: target.signing_keys,
+            timeout: target.timeout,
             retry_on_4xx: target.retry_on_4xx,
             client,
             in_flight: Semaphore::new(target.max_in_flight),
@@ -88,59 +128,37 @@ impl HttpTransport {
             );
         };
         let started = Instant::now();
-        let timestamp = unix_secs(SystemTime::now());
-        let mut request = self
-            .client
-            .post(self.url.clone())
-            .header(CONTENT_TYPE, message::CONTENT_TYPE)
-            .header("webhook-id", out.id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .body(Bytes::copy_from_slice(out.body));
-        if !self.signing_keys.is_empty() {
-            let signature = signature::sign(&self.signing_keys, out.id, timestamp, out.body);
-            request = request.header("webhook-signature", signature);
-        }
-        for (name, value) in [
-            ("traceparent", out.traceparent),
-            ("tracestate", out.tracestate),
-        ] {
-            let Some(value) = value else { continue };
-            // A malformed trace header must not cost the delivery.
-            match HeaderValue::from_str(value) {
-                Ok(value) => request = request.header(name, value),
-                Err(error) => {
-                    tracing::warn!(%error, id = out.id, header = name, "A trace header is not a valid header value; sending without it.")
-                }
-            }
-        }
-
-        let response = match request.send().await {
-            Ok(response) => response,
-            Err(error) => {
-                let hint = if error.is_timeout() {
-                    RetryHint {
-                        at_least: Some(SLOW_DOWN),
-                        ..RetryHint::default()
-                    }
-                } else {
-                    RetryHint::default()
-                };
-                let words = if error.is_timeout() {
-                    format!("timed out: {}", error_chain(&error))
-                } else {
-                    error_chain(&error)
+        let request = self.request(&out);
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(Failure::Request)?;
+            Ok::<_, Failure>(read(response).await)
+        };
+        let outcome = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .unwrap_or(Err(Failure::TimedOut));
+        let (status, retry_after, excerpt, body_error) = match outcome {
+            Ok(read) => read,
+            Err(failure) => {
+                let (hint, words) = match failure {
+                    Failure::TimedOut => (
+                        RetryHint {
+                            at_least: Some(SLOW_DOWN),
+                            ..RetryHint::default()
+                        },
+                        format!(
+                            "timed out after {}",
+                            humantime::format_duration(self.timeout)
+                        ),
+                    ),
+                    Failure::Request(error) => (RetryHint::default(), error_chain(&error)),
                 };
                 return Attempt::failed(hint, words, started.elapsed());
             }
         };
-
-        let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| parse_retry_after(value, SystemTime::now()));
-        let (excerpt, body_error) = read_excerpt(response).await;
         Attempt {
             result: classify(status, retry_after, self.retry_on_4xx),
             status: Some(status.as_u16()),
@@ -148,6 +166,43 @@ impl HttpTransport {
             error: body_error,
             duration: started.elapsed(),
         }
+    }
+
+    /// The signed POST of one attempt.
+    fn request(&self, out: &Outbound<'_>) -> Request<Full<Bytes>> {
+        let timestamp = unix_secs(SystemTime::now());
+        let mut request = Request::post(self.uri.clone())
+            .body(Full::new(Bytes::copy_from_slice(out.body)))
+            .unwrap_or_default();
+        let headers = request.headers_mut();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static(message::CONTENT_TYPE),
+        );
+        headers.insert(USER_AGENT, HeaderValue::from_static(AGENT));
+        headers.insert(WEBHOOK_TIMESTAMP, HeaderValue::from(timestamp));
+        for (name, value) in [
+            (WEBHOOK_ID, Some(out.id.to_owned())),
+            (
+                WEBHOOK_SIGNATURE,
+                (!self.signing_keys.is_empty())
+                    .then(|| signature::sign(&self.signing_keys, out.id, timestamp, out.body)),
+            ),
+            (TRACEPARENT, out.traceparent.map(str::to_owned)),
+            (TRACESTATE, out.tracestate.map(str::to_owned)),
+        ] {
+            let Some(value) = value else { continue };
+            // A malformed header value must not cost the delivery.
+            match HeaderValue::try_from(value) {
+                Ok(value) => {
+                    headers.insert(name, value);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, id = out.id, header = %name, "A header value is not valid; sending without it.")
+                }
+            }
+        }
+        request
     }
 }
 
@@ -193,24 +248,42 @@ fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     Some(Duration::from_secs(u64::try_from(delta).unwrap_or(0)))
 }
 
-/// Reads at most [`EXCERPT_LIMIT`] bytes of the body, then stops (the rest is never read).
-async fn read_excerpt(mut response: reqwest::Response) -> (String, Option<String>) {
+/// The status, `Retry-After`, and at most [`EXCERPT_LIMIT`] bytes of the body (the rest is
+/// never read; the connection is then not reused).
+async fn read(
+    response: Response<hyper::body::Incoming>,
+) -> (StatusCode, Option<Duration>, String, Option<String>) {
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| parse_retry_after(value, SystemTime::now()));
+    let mut body = response.into_body();
     let mut kept: Vec<u8> = Vec::new();
     let mut error = None;
     while kept.len() < EXCERPT_LIMIT {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                let Some(chunk) = frame.data_ref() else {
+                    continue;
+                };
                 let room = EXCERPT_LIMIT - kept.len();
                 kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
             }
-            Ok(None) => break,
-            Err(e) => {
+            None => break,
+            Some(Err(e)) => {
                 error = Some(format!("reading the response body: {}", error_chain(&e)));
                 break;
             }
         }
     }
-    (String::from_utf8_lossy(&kept).into_owned(), error)
+    (
+        status,
+        retry_after,
+        String::from_utf8_lossy(&kept).into_owned(),
+        error,
+    )
 }
 
 fn unix_secs(time: SystemTime) -> i64 {

@@ -54,9 +54,9 @@ pub enum DispatchError {
     /// `max_in_flight` must be at least 1.
     #[error("max_in_flight must be at least 1")]
     ZeroInFlight,
-    /// The HTTP client could not be built (TLS backend initialisation).
-    #[error("cannot build the HTTP client")]
-    HttpClient(#[source] reqwest::Error),
+    /// The HTTP client could not be built (the URL as a request target, TLS initialisation).
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(String),
     /// The NATS target's options were refused before any connection was tried.
     #[error("cannot set up the NATS connection to `{url}`")]
     NatsConnect {
