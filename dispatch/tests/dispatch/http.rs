@@ -323,3 +323,48 @@ fn transport_is_object_safe() {
         "Debug must not show the secret: {shown}"
     );
 }
+
+/// An https target is reached over TLS, and its certificate is checked against the webpki
+/// roots: a self-signed one (a local server with a test certificate) is refused, the attempt
+/// retried with the reason, and no request reaches the server.
+#[tokio::test]
+async fn https_target_with_an_untrusted_certificate_is_refused() {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+    let cert = CertificateDer::from_pem_slice(include_bytes!("fixtures/self_signed.crt")).unwrap();
+    let key = PrivateKeyDer::from_pem_slice(include_bytes!("fixtures/self_signed.key")).unwrap();
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
+        tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Every handshake's outcome, in order.
+    let (handshakes, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let outcome = acceptor.accept(stream).await.map(|_| ());
+            let _ = handshakes.send(outcome);
+        }
+    });
+
+    let transport = HttpTransport::new(target(format!("https://{addr}/runs"), &[SECRET])).unwrap();
+    let attempt = transport.deliver(outbound("dsp_tls")).await;
+    assert_eq!(attempt.result, AttemptResult::Retry(RetryHint::default()));
+    assert_eq!(attempt.status, None);
+    let error = attempt.error.unwrap_or_default();
+    assert!(error.contains("invalid peer certificate"), "{error}");
+    // The server saw a TLS client that gave up on its certificate: a handshake, not plain
+    // HTTP, and not one that completed.
+    let outcome = tokio::time::timeout(Duration::from_secs(5), outcomes.recv())
+        .await
+        .expect("a connection reached the server")
+        .expect("the server task is running");
+    assert!(outcome.is_err(), "the handshake completed: {outcome:?}");
+}
