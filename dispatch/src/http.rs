@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
-use hyper::{Request, Response, StatusCode, Uri};
+use hyper::{Method, Request, StatusCode, Uri};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -63,12 +63,6 @@ pub struct HttpTransport {
     retry_on_4xx: bool,
     client: HttpsClient,
     in_flight: Semaphore,
-}
-
-/// Why an attempt got no response.
-enum Failure {
-    TimedOut,
-    Request(hyper_util::client::legacy::Error),
 }
 
 impl HttpTransport {
@@ -128,37 +122,38 @@ impl HttpTransport {
             );
         };
         let started = Instant::now();
-        let request = self.request(&out);
-        let exchange = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(Failure::Request)?;
-            Ok::<_, Failure>(read(response).await)
+        let request = match self.request(&out) {
+            Ok(request) => request,
+            Err(words) => return Attempt::failed(RetryHint::default(), words, started.elapsed()),
         };
-        let outcome = tokio::time::timeout(self.timeout, exchange)
-            .await
-            .unwrap_or(Err(Failure::TimedOut));
-        let (status, retry_after, excerpt, body_error) = match outcome {
-            Ok(read) => read,
-            Err(failure) => {
-                let (hint, words) = match failure {
-                    Failure::TimedOut => (
-                        RetryHint {
-                            at_least: Some(SLOW_DOWN),
-                            ..RetryHint::default()
-                        },
-                        format!(
-                            "timed out after {}",
-                            humantime::format_duration(self.timeout)
-                        ),
-                    ),
-                    Failure::Request(error) => (RetryHint::default(), error_chain(&error)),
+        // One deadline for the whole attempt: the answer's head, then the kept part of its body.
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let response = match tokio::time::timeout_at(deadline, self.client.request(request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => {
+                return Attempt::failed(
+                    RetryHint::default(),
+                    error_chain(&error),
+                    started.elapsed(),
+                );
+            }
+            Err(_) => {
+                let hint = RetryHint {
+                    at_least: Some(SLOW_DOWN),
+                    ..RetryHint::default()
                 };
-                return Attempt::failed(hint, words, started.elapsed());
+                return Attempt::failed(hint, timed_out(self.timeout), started.elapsed());
             }
         };
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| parse_retry_after(value, SystemTime::now()));
+        // A body that stops short keeps the status: the receiver has answered.
+        let (excerpt, body_error) =
+            read_excerpt(response.into_body(), deadline, self.timeout).await;
         Attempt {
             result: classify(status, retry_after, self.retry_on_4xx),
             status: Some(status.as_u16()),
@@ -168,12 +163,12 @@ impl HttpTransport {
         }
     }
 
-    /// The signed POST of one attempt.
-    fn request(&self, out: &Outbound<'_>) -> Request<Full<Bytes>> {
+    /// The signed POST of one attempt, or why it cannot be sent.
+    fn request(&self, out: &Outbound<'_>) -> Result<Request<Full<Bytes>>, String> {
         let timestamp = unix_secs(SystemTime::now());
-        let mut request = Request::post(self.uri.clone())
-            .body(Full::new(Bytes::copy_from_slice(out.body)))
-            .unwrap_or_default();
+        let mut request = Request::new(Full::new(Bytes::copy_from_slice(out.body)));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.uri.clone();
         let headers = request.headers_mut();
         headers.insert(
             CONTENT_TYPE,
@@ -181,28 +176,31 @@ impl HttpTransport {
         );
         headers.insert(USER_AGENT, HeaderValue::from_static(AGENT));
         headers.insert(WEBHOOK_TIMESTAMP, HeaderValue::from(timestamp));
-        for (name, value) in [
-            (WEBHOOK_ID, Some(out.id.to_owned())),
-            (
+        let invalid = |name: &HeaderName, error| format!("cannot send `{name}`: {error}");
+        headers.insert(
+            WEBHOOK_ID,
+            HeaderValue::from_str(out.id).map_err(|e| invalid(&WEBHOOK_ID, e))?,
+        );
+        if !self.signing_keys.is_empty() {
+            let signature = signature::sign(&self.signing_keys, out.id, timestamp, out.body);
+            headers.insert(
                 WEBHOOK_SIGNATURE,
-                (!self.signing_keys.is_empty())
-                    .then(|| signature::sign(&self.signing_keys, out.id, timestamp, out.body)),
-            ),
-            (TRACEPARENT, out.traceparent.map(str::to_owned)),
-            (TRACESTATE, out.tracestate.map(str::to_owned)),
-        ] {
+                HeaderValue::try_from(signature).map_err(|e| invalid(&WEBHOOK_SIGNATURE, e))?,
+            );
+        }
+        for (name, value) in [(TRACEPARENT, out.traceparent), (TRACESTATE, out.tracestate)] {
             let Some(value) = value else { continue };
-            // A malformed header value must not cost the delivery.
-            match HeaderValue::try_from(value) {
+            // A malformed trace header must not cost the delivery.
+            match HeaderValue::from_str(value) {
                 Ok(value) => {
                     headers.insert(name, value);
                 }
                 Err(error) => {
-                    tracing::warn!(%error, id = out.id, header = %name, "A header value is not valid; sending without it.")
+                    tracing::warn!(%error, id = out.id, header = %name, "A trace header is not a valid header value; sending without it.")
                 }
             }
         }
-        request
+        Ok(request)
     }
 }
 
@@ -248,42 +246,38 @@ fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     Some(Duration::from_secs(u64::try_from(delta).unwrap_or(0)))
 }
 
-/// The status, `Retry-After`, and at most [`EXCERPT_LIMIT`] bytes of the body (the rest is
-/// never read; the connection is then not reused).
-async fn read(
-    response: Response<hyper::body::Incoming>,
-) -> (StatusCode, Option<Duration>, String, Option<String>) {
-    let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(RETRY_AFTER)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| parse_retry_after(value, SystemTime::now()));
-    let mut body = response.into_body();
+/// At most [`EXCERPT_LIMIT`] bytes of the body, read until `deadline` (the rest is never read;
+/// the connection is then not reused), and why it stopped short, if it did.
+async fn read_excerpt(
+    mut body: hyper::body::Incoming,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+) -> (String, Option<String>) {
     let mut kept: Vec<u8> = Vec::new();
     let mut error = None;
     while kept.len() < EXCERPT_LIMIT {
-        match body.frame().await {
-            Some(Ok(frame)) => {
-                let Some(chunk) = frame.data_ref() else {
-                    continue;
-                };
-                let room = EXCERPT_LIMIT - kept.len();
-                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            }
-            None => break,
-            Some(Err(e)) => {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
                 error = Some(format!("reading the response body: {}", error_chain(&e)));
                 break;
             }
+            Err(_) => {
+                error = Some(format!("reading the response body: {}", timed_out(timeout)));
+                break;
+            }
+        };
+        if let Some(chunk) = frame.data_ref() {
+            let room = EXCERPT_LIMIT - kept.len();
+            kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
         }
     }
-    (
-        status,
-        retry_after,
-        String::from_utf8_lossy(&kept).into_owned(),
-        error,
-    )
+    (String::from_utf8_lossy(&kept).into_owned(), error)
+}
+
+fn timed_out(after: Duration) -> String {
+    format!("timed out after {}", humantime::format_duration(after))
 }
 
 fn unix_secs(time: SystemTime) -> i64 {

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use futures::StreamExt as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use switchyard_dispatch::{
@@ -62,6 +63,13 @@ async fn slow() -> StatusCode {
     StatusCode::OK
 }
 
+/// 200 with the first bytes of a body whose rest never comes.
+async fn stalled() -> Response {
+    let first = futures::stream::once(async { Ok::<_, std::io::Error>("accepted, ".to_owned()) });
+    let body = axum::body::Body::from_stream(first.chain(futures::stream::pending()));
+    (StatusCode::OK, body).into_response()
+}
+
 async fn big() -> Vec<u8> {
     let mut body = vec![b'a'; 4096];
     body.extend(vec![b'b'; 6000]);
@@ -83,6 +91,7 @@ async fn start() -> (String, Arc<Server>) {
         .route("/status/{code}", any(status))
         .route("/slow", post(slow))
         .route("/big", post(big))
+        .route("/stalled", post(stalled))
         .route("/gated", post(gated))
         .with_state(server.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -273,6 +282,24 @@ async fn response_excerpt_is_capped_at_4096_bytes() {
     let excerpt = attempt.response_excerpt.unwrap();
     assert_eq!(excerpt.len(), 4096);
     assert!(excerpt.bytes().all(|b| b == b'a'));
+}
+
+/// The receiver answered 200 and its body stalled past the timeout: the run was accepted (a
+/// retry would send it twice), so the attempt is delivered with what arrived of the body and
+/// why the rest did not.
+#[tokio::test]
+async fn a_body_that_stalls_past_the_timeout_keeps_the_answer() {
+    let (base, _server) = start().await;
+    let transport = HttpTransport::new(target(format!("{base}/stalled"), &[SECRET])).unwrap();
+    let attempt = transport.deliver(outbound("dsp_stalled")).await;
+    assert_eq!(attempt.result, AttemptResult::Delivered, "{attempt:?}");
+    assert_eq!(attempt.status, Some(200));
+    assert_eq!(attempt.response_excerpt.as_deref(), Some("accepted, "));
+    let error = attempt.error.unwrap_or_default();
+    assert!(
+        error.contains("reading the response body") && error.contains("timed out"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
