@@ -65,6 +65,10 @@ pub struct BenchArgs {
     /// operator's default does.
     #[arg(long, default_value = "info")]
     pub daemon_log: String,
+    /// Also copy each load daemon's log to `<dir>/daemon-<bench pid>-<n>.log`, n counting the
+    /// daemons started (with `--daemon-log debug` for the writers' per-batch lines).
+    #[arg(long)]
+    pub daemon_log_dir: Option<PathBuf>,
     /// SQLite durability of the daemon (`full`: every answer survives power loss).
     #[arg(long, default_value = "full")]
     pub durability: String,

@@ -1,8 +1,9 @@
 //! A server under test as a child process: spawned, its port read from the JSON "listening"
 //! log line, its stderr drained (and counted) for its whole life, stopped on drop.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,7 +39,23 @@ pub struct Server {
 
 impl Server {
     /// Spawns `command` (stderr is taken over) and waits for its "listening" line.
-    pub async fn spawn(mut command: Command, what: &str) -> anyhow::Result<Server> {
+    pub async fn spawn(command: Command, what: &str) -> anyhow::Result<Server> {
+        Self::spawn_logged(command, what, None).await
+    }
+
+    /// As [`Server::spawn`], also copying every stderr line to `log` when given.
+    pub async fn spawn_logged(
+        mut command: Command,
+        what: &str,
+        log: Option<&Path>,
+    ) -> anyhow::Result<Server> {
+        let copy = match log {
+            Some(path) => Some(std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("cannot create {}", path.display()))?,
+            )),
+            None => None,
+        };
         command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -51,7 +68,7 @@ impl Server {
         let logs = Arc::new(Mutex::new(Logs::default()));
         let lines = Arc::new(AtomicU64::new(0));
         let (sink, count) = (logs.clone(), lines.clone());
-        std::thread::spawn(move || drain(stderr, &sink, &count));
+        std::thread::spawn(move || drain(stderr, copy, &sink, &count));
         let deadline = spawned_at + Duration::from_secs(60);
         let addr = loop {
             if let Some(addr) = lock(&logs).addr {
@@ -137,7 +154,12 @@ fn lock(logs: &Mutex<Logs>) -> std::sync::MutexGuard<'_, Logs> {
     logs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn drain(stderr: std::process::ChildStderr, logs: &Mutex<Logs>, count: &AtomicU64) {
+fn drain(
+    stderr: std::process::ChildStderr,
+    mut copy: Option<impl Write>,
+    logs: &Mutex<Logs>,
+    count: &AtomicU64,
+) {
     let mut reader = BufReader::new(stderr);
     let mut line = String::new();
     loop {
@@ -145,6 +167,10 @@ fn drain(stderr: std::process::ChildStderr, logs: &Mutex<Logs>, count: &AtomicU6
         match reader.read_line(&mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
+        }
+        if let Some(copy) = copy.as_mut() {
+            // Best effort: a full disk must not stop the server under test.
+            let _ = copy.write_all(line.as_bytes());
         }
         count.fetch_add(1, Ordering::Relaxed);
         let mut logs = lock(logs);

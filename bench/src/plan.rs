@@ -158,7 +158,19 @@ pub async fn start_daemon(
     config_text: &str,
 ) -> anyhow::Result<Server> {
     let config_path = write_config(dir, config_text)?;
-    let daemon = Server::spawn(daemon_command(args, binary, &config_path), "the daemon").await?;
+    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let log = args.daemon_log_dir.as_ref().map(|logs| {
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = logs.join(format!("daemon-{}-{n}.log", std::process::id()));
+        eprintln!("== daemon log: {} ({})", path.display(), dir.display());
+        path
+    });
+    let daemon = Server::spawn_logged(
+        daemon_command(args, binary, &config_path),
+        "the daemon",
+        log.as_deref(),
+    )
+    .await?;
     if load::wait_ready(daemon.addr, Duration::from_secs(60))
         .await
         .is_none()
