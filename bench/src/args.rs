@@ -69,6 +69,9 @@ pub struct BenchArgs {
     /// daemons started (with `--daemon-log debug` for the writers' per-batch lines).
     #[arg(long)]
     pub daemon_log_dir: Option<PathBuf>,
+    /// The load daemons' `database.writers` (default: the daemon's own, 1 on PostgreSQL).
+    #[arg(long)]
+    pub database_writers: Option<usize>,
     /// SQLite durability of the daemon (`full`: every answer survives power loss).
     #[arg(long, default_value = "full")]
     pub durability: String,

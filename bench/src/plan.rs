@@ -157,7 +157,11 @@ pub async fn start_daemon(
     dir: &Path,
     config_text: &str,
 ) -> anyhow::Result<Server> {
-    let config_path = write_config(dir, config_text)?;
+    let config_text = match args.database_writers {
+        Some(n) => config_text.replacen("[database]\n", &format!("[database]\nwriters = {n}\n"), 1),
+        None => config_text.to_owned(),
+    };
+    let config_path = write_config(dir, &config_text)?;
     static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let log = args.daemon_log_dir.as_ref().map(|logs| {
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
