@@ -707,3 +707,54 @@ fn budgeted_attempts(run: &switchyard_router::entities::run::Model) -> u32 {
 fn millis(duration: Duration) -> Millis {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
 }
+
+#[cfg(test)]
+mod tests {
+    use switchyard_router::outbox::Verdict;
+    use tokio::sync::mpsc;
+
+    use super::writer_records::tests::{attempt, ids};
+    use super::{CLAIM_BATCH, gather};
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn attempts_finishing_while_it_gathers_join_the_batch() {
+        let (records, mut queue) = mpsc::channel(16);
+        records.send(attempt(1, Verdict::Delivered)).await.unwrap();
+        let mut batch = Vec::new();
+        queue.recv_many(&mut batch, CLAIM_BATCH).await;
+        // Finishes while the first is being gathered: the task runs as soon as `gather` waits.
+        let late = records.clone();
+        tokio::spawn(async move {
+            late.send(attempt(2, Verdict::Delivered)).await.unwrap();
+            late.send(attempt(3, Verdict::Delivered)).await.unwrap();
+        });
+        gather(&mut queue, &mut batch).await;
+        assert_eq!(ids(&batch), ["dispatch-1", "dispatch-2", "dispatch-3"]);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_batch_is_recorded_without_waiting_and_what_is_left_stays_queued() {
+        let (records, mut queue) = mpsc::channel(CLAIM_BATCH + 8);
+        for n in 0..CLAIM_BATCH + 5 {
+            records.send(attempt(n, Verdict::Delivered)).await.unwrap();
+        }
+        let mut batch = Vec::new();
+        queue.recv_many(&mut batch, 1).await;
+        gather(&mut queue, &mut batch).await;
+        assert_eq!(batch.len(), CLAIM_BATCH);
+        assert_eq!(queue.len(), 5);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_closed_queue_ends_the_gathering_with_everything_it_held() {
+        let (records, mut queue) = mpsc::channel(16);
+        for n in 0..3 {
+            records.send(attempt(n, Verdict::Delivered)).await.unwrap();
+        }
+        drop(records);
+        let mut batch = Vec::new();
+        queue.recv_many(&mut batch, 1).await;
+        gather(&mut queue, &mut batch).await;
+        assert_eq!(ids(&batch), ["dispatch-0", "dispatch-1", "dispatch-2"]);
+    }
+}

@@ -180,14 +180,15 @@ impl Taken {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use switchyard_router::entities::dispatch::{self, DispatchStatus};
     use switchyard_router::entities::run::{self, RunStatus};
     use switchyard_router::outbox::{ClaimedRun, Recorded, Verdict};
 
     use super::Inbox;
 
-    fn attempt(n: usize, verdict: Verdict) -> Recorded {
+    /// A finished attempt of run `n` (dispatch id `dispatch-{n}`).
+    pub(in crate::dispatcher) fn attempt(n: usize, verdict: Verdict) -> Recorded {
         let run = run::Model {
             id: format!("run-{n}"),
             tenant_id: "acme".into(),
@@ -247,7 +248,7 @@ mod tests {
         }
     }
 
-    fn ids(attempts: &[Recorded]) -> Vec<&str> {
+    pub(in crate::dispatcher) fn ids(attempts: &[Recorded]) -> Vec<&str> {
         attempts
             .iter()
             .map(|a| a.claimed.dispatch.id.as_str())
