@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -158,13 +159,17 @@ pub async fn start_daemon(
     config_text: &str,
 ) -> anyhow::Result<Server> {
     let config_text = match args.database_writers {
-        Some(n) => config_text.replacen("[database]\n", &format!("[database]\nwriters = {n}\n"), 1),
+        Some(n) if config_text.contains("[database]\n") => {
+            config_text.replacen("[database]\n", &format!("[database]\nwriters = {n}\n"), 1)
+        }
+        Some(_) => bail!("--database-writers: this daemon's config has no [database] table"),
         None => config_text.to_owned(),
     };
     let config_path = write_config(dir, &config_text)?;
-    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    // Numbers the daemons of this bench run, for their log files' names.
+    static STARTED: AtomicU32 = AtomicU32::new(0);
     let log = args.daemon_log_dir.as_ref().map(|logs| {
-        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let n = STARTED.fetch_add(1, Ordering::Relaxed);
         let path = logs.join(format!("daemon-{}-{n}.log", std::process::id()));
         eprintln!("== daemon log: {} ({})", path.display(), dir.display());
         path
