@@ -733,7 +733,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
-    async fn a_full_batch_is_recorded_without_waiting_and_what_is_left_stays_queued() {
+    async fn a_batch_stops_at_the_limit_and_what_is_left_stays_queued() {
         let (records, mut queue) = mpsc::channel(CLAIM_BATCH + 8);
         for n in 0..CLAIM_BATCH + 5 {
             records.send(attempt(n, Verdict::Delivered)).await.unwrap();
