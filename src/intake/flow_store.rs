@@ -206,7 +206,7 @@ pub(super) mod postgres {
     //! are clauses of the batch's write (see `postgres_batch`); a gate never used before is
     //! created before the transaction begins.
 
-    use sea_orm::sqlx::{self, Postgres, Row, Transaction};
+    use sea_orm::sqlx::{self, PgConnection, Row};
 
     use super::*;
 
@@ -215,7 +215,7 @@ pub(super) mod postgres {
     /// Creates the gates a batch names that do not exist yet, outside its transaction (a
     /// new row's time is 0: no history), so the batch only ever locks rows that exist.
     pub async fn create_gates(
-        conn: &mut sqlx::PgConnection,
+        conn: &mut PgConnection,
         gates: &[String],
         now: Millis,
     ) -> Result<()> {
@@ -239,7 +239,7 @@ pub(super) mod postgres {
     /// workflow's runs and filtered on status (34,396 index entries per batch after 8 s of
     /// load).
     pub async fn counts_and_windows(
-        txn: &mut Transaction<'_, Postgres>,
+        conn: &mut PgConnection,
         needs: &Needs,
         leases: &[entity_lock::Model],
         now: Millis,
@@ -290,7 +290,7 @@ pub(super) mod postgres {
         )
         .bind(running_statuses())
         .bind(&holders)
-        .fetch_all(&mut **txn)
+        .fetch_all(conn)
         .await?;
         for row in rows {
             let kind: &str = row.try_get(0)?;
@@ -320,7 +320,7 @@ pub(super) mod postgres {
         Ok(())
     }
 
-    pub async fn replace(txn: &mut Transaction<'_, Postgres>, writes: &Writes) -> Result<()> {
+    pub async fn replace(conn: &mut PgConnection, writes: &Writes) -> Result<()> {
         if writes.replaced.is_empty() {
             return Ok(());
         }
@@ -329,7 +329,7 @@ pub(super) mod postgres {
              DELETE FROM intake WHERE id = ANY($1::text[]) AND outcome = 'rate_limited'",
         )
         .bind(&writes.replaced)
-        .execute(&mut **txn)
+        .execute(conn)
         .await?;
         Ok(())
     }

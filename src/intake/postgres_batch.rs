@@ -3,7 +3,9 @@
 //!
 //! A batch is `BEGIN`, one lookup (stored answers for duplicates and claimed messages, and the
 //! row-locked leases), one statement that writes every table through data-modifying `WITH`
-//! clauses, and `COMMIT`: four round trips (five when an expired lease is taken over).
+//! clauses, and `COMMIT`: four round trips (five when an expired lease is taken over). When
+//! another batch is already queued behind it, the `COMMIT` carries the next batch's `BEGIN`
+//! in the same message, so a busy writer spends three round trips a batch (see [`Txn`]).
 //! Multi-row `VALUES` lists and `IN (...)` lists made PostgreSQL parse and plan a new statement
 //! text for almost every batch, which cost it more CPU than the rows themselves.
 //!
@@ -22,7 +24,7 @@ use std::sync::Arc;
 
 use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::postgres::PgRow;
-use sea_orm::sqlx::{self, Connection, PgConnection, PgPool, Postgres, Row, Transaction};
+use sea_orm::sqlx::{self, PgConnection, PgPool, Postgres, Row};
 use sea_orm::{DbErr, RuntimeErr};
 use switchyard_router::entities::entity_lock;
 use switchyard_router::entities::run::RunStatus;
@@ -38,12 +40,35 @@ use crate::live::Live;
 /// Row-locking reads see the latest committed lease.
 const BEGIN: &str =
     "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan";
+/// A batch's commit and the next batch's [`BEGIN`], in one simple-query message.
+const COMMIT_AND_BEGIN: &str = "COMMIT; BEGIN ISOLATION LEVEL READ COMMITTED; \
+                                SET LOCAL plan_cache_mode = force_generic_plan";
+
+/// The transaction on a writer's kept connection between batches.
+///
+/// Invariant: the connection goes back to the pool only with no transaction open ([`Txn::None`]);
+/// a batch that fails or panics leaves [`Txn::Unfinished`], rolled back before the next batch
+/// uses the connection, which is closed instead if the rollback fails. A transaction is begun
+/// ahead of its batch ([`Txn::Begun`]) only when that batch is already queued, so a writer never
+/// sits idle inside a transaction (a server's `idle_in_transaction_session_timeout` would close
+/// the connection under it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Txn {
+    /// No transaction: the next batch sends [`BEGIN`] itself.
+    None,
+    /// Begun by the previous batch's [`COMMIT_AND_BEGIN`], with nothing in it yet.
+    Begun,
+    /// A batch began its transaction and has not committed it: if it is still open, it may
+    /// hold that batch's writes, which must never be committed by the next one.
+    Unfinished,
+}
 
 /// A pool writer's connection, kept from batch to batch: taking one from the pool for each
 /// batch cost a round trip of its own (the pool pings a connection before handing it out).
 pub(super) struct Writer {
     pool: PgPool,
     held: Option<PoolConnection<Postgres>>,
+    txn: Txn,
     /// `flow_gates` rows this writer knows exist (rows are never deleted), so that a batch
     /// creates a gate before its transaction, never inside it after locking leases.
     known_gates: HashSet<String>,
@@ -54,68 +79,150 @@ impl Writer {
         Self {
             pool,
             held: None,
+            txn: Txn::None,
             known_gates: HashSet::new(),
         }
     }
 
-    /// One transaction: look up, decide, write, commit. After a connection error the next
-    /// batch takes a fresh connection from the pool.
+    /// One transaction: look up, decide, write, commit. `more_queued` tells, at the commit,
+    /// whether another batch waits for this writer (then its transaction is begun with the
+    /// commit). After a connection error the next batch takes a fresh connection from the pool.
     pub async fn commit_batch(
         &mut self,
         live: &Live,
         deliveries: &[&Delivery],
         claims: &PreClaims,
+        more_queued: &(dyn Fn() -> bool + Sync),
     ) -> Result<Committed, DbErr> {
+        if self.txn == Txn::Unfinished {
+            self.roll_back().await;
+        }
         let conn = match &mut self.held {
             Some(conn) => conn,
             None => self.held.insert(self.pool.acquire().await.map_err(db_err)?),
         };
-        let result = commit_batch(conn, &mut self.known_gates, live, deliveries, claims).await;
+        let result = commit_batch(
+            conn,
+            &mut self.txn,
+            &mut self.known_gates,
+            Batch {
+                live,
+                deliveries,
+                claims,
+            },
+            more_queued,
+        )
+        .await;
         if matches!(result, Err(DbErr::Conn(_))) {
-            self.held = None;
+            self.drop_connection();
+        } else if result.is_err() {
+            self.roll_back().await;
         }
         result
     }
+
+    /// Ends the transaction a failed batch left, or gives up its connection if that fails.
+    async fn roll_back(&mut self) {
+        if let Some(conn) = &mut self.held
+            && self.txn != Txn::None
+            && let Err(error) = sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await
+        {
+            tracing::warn!(%error, "an intake writer could not roll back a failed batch; it closes the connection");
+            self.drop_connection();
+        }
+        self.txn = Txn::None;
+    }
+
+    /// Lets go of the kept connection; one that may be inside a transaction is closed, never
+    /// returned to the pool.
+    fn drop_connection(&mut self) {
+        if let Some(mut conn) = self.held.take()
+            && self.txn != Txn::None
+        {
+            conn.close_on_drop();
+        }
+        self.txn = Txn::None;
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.drop_connection();
+    }
+}
+
+/// What one batch decides from.
+struct Batch<'a> {
+    live: &'a Live,
+    deliveries: &'a [&'a Delivery],
+    claims: &'a PreClaims,
 }
 
 async fn commit_batch(
     conn: &mut PgConnection,
+    txn: &mut Txn,
     known_gates: &mut HashSet<String>,
-    live: &Live,
-    deliveries: &[&Delivery],
-    claims: &PreClaims,
+    batch: Batch<'_>,
+    more_queued: &(dyn Fn() -> bool + Sync),
 ) -> Result<Committed, DbErr> {
+    let Batch {
+        live,
+        deliveries,
+        claims,
+    } = batch;
     let now = now_millis();
     let lookups = Lookups::needed(deliveries, live);
     if lookups.flow.gates.iter().any(|g| !known_gates.contains(g)) {
+        if *txn == Txn::Begun {
+            *txn = Txn::Unfinished;
+            simple(conn, "COMMIT").await?;
+            *txn = Txn::None;
+        }
         flow_store::create_gates(&mut *conn, &lookups.flow.gates, now)
             .await
             .map_err(db_err)?;
         known_gates.extend(lookups.flow.gates.iter().cloned());
     }
-    let mut txn = conn.begin_with(BEGIN).await.map_err(db_err)?;
-    let mut found = look_up(&mut txn, &lookups).await?;
+    let begun = *txn == Txn::Begun;
+    *txn = Txn::Unfinished;
+    if !begun {
+        simple(conn, BEGIN).await?;
+    }
+    let mut found = look_up(conn, &lookups).await?;
     if found.flow.tats.len() < lookups.flow.gates.len() {
         known_gates.clear();
         return Err(DbErr::Custom(
             "a flow_gates row vanished while intake used it; the senders are told to retry".into(),
         ));
     }
-    flow_store::counts_and_windows(&mut txn, &lookups.flow, &found.leases, now, &mut found.flow)
+    flow_store::counts_and_windows(conn, &lookups.flow, &found.leases, now, &mut found.flow)
         .await
         .map_err(db_err)?;
     let mut decided = decide::decide(deliveries, lookups, found, live, now);
     let preclaimed = super::preclaim::claim(&mut decided, deliveries, claims, now);
     let expired_runs = decided.locks.expired_runs.len();
     let flow = std::mem::take(&mut decided.flow);
-    flow_store::replace(&mut txn, &flow).await.map_err(db_err)?;
-    let answers = write(&mut txn, decided, flow, now).await?;
-    txn.commit().await.map_err(db_err)?;
+    flow_store::replace(conn, &flow).await.map_err(db_err)?;
+    let answers = write(conn, decided, flow, now).await?;
+    super::failpoint::error_after_write(deliveries).map_err(DbErr::Custom)?;
+    if more_queued() {
+        simple(conn, COMMIT_AND_BEGIN).await?;
+        *txn = Txn::Begun;
+    } else {
+        simple(conn, "COMMIT").await?;
+        *txn = Txn::None;
+    }
     Ok(Committed {
         answers,
         expired_runs,
         preclaimed,
     })
+}
+
+/// Sends `sql` (one or more statements without parameters) in one simple-query message.
+async fn simple(conn: &mut PgConnection, sql: &'static str) -> Result<(), DbErr> {
+    sqlx::raw_sql(sql).execute(conn).await.map_err(db_err)?;
+    Ok(())
 }
 
 /// Everything a batch needs to know, in one round trip: the flow-control gates it names
@@ -165,10 +272,7 @@ FROM leases";
 
 /// Runs [`LOOK_UP`] for a batch's [`Lookups`]. Lease keys go in sorted, so two replicas lock
 /// shared rows in the same order.
-async fn look_up(
-    txn: &mut Transaction<'_, Postgres>,
-    lookups: &Lookups<'_>,
-) -> Result<Found, DbErr> {
+async fn look_up(conn: &mut PgConnection, lookups: &Lookups<'_>) -> Result<Found, DbErr> {
     let (delivery_sources, delivery_ids): (Vec<&str>, Vec<&str>) =
         lookups.deliveries.iter().copied().unzip();
     let (message_sources, message_keys): (Vec<&str>, Vec<&str>) =
@@ -188,7 +292,7 @@ async fn look_up(
         .bind(tenants)
         .bind(entities)
         .bind(&lookups.flow.gates)
-        .fetch_all(&mut **txn)
+        .fetch_all(&mut *conn)
         .await
         .map_err(db_err)?;
     let mut found = Found {
@@ -337,7 +441,7 @@ const EXPIRE_RUNS: &str = "\
 /// Writes everything the batch decided (leases, runs, raw bytes, cursors, ledger rows) and
 /// returns its answers.
 async fn write(
-    txn: &mut Transaction<'_, Postgres>,
+    conn: &mut PgConnection,
     decided: Decided,
     flow: Writes,
     now: Millis,
@@ -442,7 +546,7 @@ async fn write(
         .bind(take(&mut due, |(id, _)| std::mem::take(id)))
         .bind(take(&mut due, |(_, at)| *at))
         .bind(take(&mut dispatches, |d| d.claimed_by.take()))
-        .execute(&mut **txn)
+        .execute(&mut *conn)
         .await
         .map_err(db_err)?;
     for annotation in annotations {
@@ -451,13 +555,13 @@ async fn write(
             .bind(annotation.replay_id)
             .bind(annotation.replay_of)
             .bind(annotation.id)
-            .execute(&mut **txn)
+            .execute(&mut *conn)
             .await
             .map_err(db_err)?;
     }
     if !locks.expired_runs.is_empty() {
         sqlx::raw_sql(CUSTOM_PLANS)
-            .execute(&mut **txn)
+            .execute(&mut *conn)
             .await
             .map_err(db_err)?;
         sqlx::query(EXPIRE_RUNS)
@@ -465,7 +569,7 @@ async fn write(
             .bind(locks.now)
             .bind(locks.expired_runs)
             .bind(&ACTIVE[..])
-            .execute(&mut **txn)
+            .execute(&mut *conn)
             .await
             .map_err(db_err)?;
     }

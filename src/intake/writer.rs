@@ -51,11 +51,18 @@ pub(super) async fn run(
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let revision = live.current();
         let batch = std::mem::take(&mut batch);
+        let more_queued = || !queue.is_empty();
         // A panic on one batch drops its replies (its senders answer 503, retry safe); the
         // writer goes on with the next batch.
-        let decided = std::panic::AssertUnwindSafe(decide(&mut store, &revision, batch, &signals))
-            .catch_unwind()
-            .await;
+        let decided = std::panic::AssertUnwindSafe(decide(
+            &mut store,
+            &revision,
+            batch,
+            &signals,
+            &more_queued,
+        ))
+        .catch_unwind()
+        .await;
         if decided.is_err() {
             signals.health.panicked();
             tracing::error!(
@@ -67,11 +74,25 @@ pub(super) async fn run(
 
 /// Decides and answers every delivery of `batch`. If the batch as a whole keeps failing, each
 /// delivery is tried alone, so one poisonous delivery cannot refuse its neighbours.
-async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, signals: &Signals) {
+/// `more_queued` tells whether another batch waits for this writer.
+async fn decide(
+    store: &mut Store,
+    live: &Live,
+    batch: Vec<Pending>,
+    signals: &Signals,
+    more_queued: &(dyn Fn() -> bool + Sync),
+) {
     let deliveries: Vec<&Delivery> = batch.iter().map(|p| &p.delivery).collect();
     let started = std::time::Instant::now();
     let span = crate::telemetry::batch_commit(&deliveries);
-    let committed = commit_with_retries(store, live, &deliveries, &signals.wake.preclaims).await;
+    let committed = commit_with_retries(
+        store,
+        live,
+        &deliveries,
+        &signals.wake.preclaims,
+        more_queued,
+    )
+    .await;
     drop(span);
     match committed {
         Ok(committed) => {
@@ -86,7 +107,7 @@ async fn decide(store: &mut Store, live: &Live, batch: Vec<Pending>, signals: &S
         Err(error) if batch.len() > 1 && !is_connection_error(&error) => {
             tracing::warn!(%error, size = batch.len(), "a batch failed; deciding its deliveries one by one");
             for pending in batch {
-                Box::pin(decide(store, live, vec![pending], signals)).await;
+                Box::pin(decide(store, live, vec![pending], signals, more_queued)).await;
             }
         }
         Err(error) if is_unstorable(&error) => refuse_unstorable(batch, &error),
@@ -115,12 +136,17 @@ async fn commit_with_retries(
     live: &Live,
     deliveries: &[&Delivery],
     claims: &PreClaims,
+    more_queued: &(dyn Fn() -> bool + Sync),
 ) -> Result<Committed, DbErr> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let result = match store {
-            Store::Postgres(writer) => writer.commit_batch(live, deliveries, claims).await,
+            Store::Postgres(writer) => {
+                writer
+                    .commit_batch(live, deliveries, claims, more_queued)
+                    .await
+            }
             Store::Orm(db) => commit_batch(db, live, deliveries).await,
         };
         match result {

@@ -246,6 +246,76 @@ async fn a_writer_that_panics_on_a_batch_answers_503_and_goes_on() {
     }
 }
 
+/// The PostgreSQL writer keeps its connection and manages the transaction on it itself (it
+/// begins the next batch's with a commit when one is queued): a batch that fails after its
+/// writes must leave none of them for the next batch's commit.
+#[tokio::test]
+async fn a_postgres_batch_that_fails_after_its_writes_leaves_none_of_them() {
+    let Some(db) = TestDb::create(super::harness::Backend::Postgres).await else {
+        return;
+    };
+    let daemon = Daemon::start(
+        &db,
+        &config(&db, WORKED_EXAMPLE),
+        &[("SWITCHYARD_FAILPOINT", "writer_error_after_write:poison")],
+    )
+    .await;
+    // Concurrent senders, so that batches queue behind the failing one.
+    let keys: Vec<String> = (0..60)
+        .map(|n| match n {
+            30 => "poison".to_owned(),
+            n => format!("fine-{n}"),
+        })
+        .collect();
+    let answers = futures::future::join_all(keys.iter().map(|key| {
+        let entity = format!("E-{key}");
+        let daemon = &daemon;
+        async move {
+            let body = event("webhook", "ticket.created", "acme", &entity);
+            (key, daemon.post_event(key, &body).await)
+        }
+    }))
+    .await;
+    for (key, (status, answer)) in answers {
+        if key == "poison" {
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+        } else {
+            assert_eq!(status, StatusCode::OK, "{key}: {answer}");
+            assert_eq!(answer["outcome"], "routed", "{key}: {answer}");
+        }
+    }
+    // Later batches, committed on the same connection, carry none of the failed batch's rows.
+    for n in 0..3 {
+        let key = format!("after-{n}");
+        let body = event("webhook", "ticket.created", "acme", &format!("A-{n}"));
+        let (status, answer) = daemon.post_event(&key, &body).await;
+        assert_eq!(status, StatusCode::OK, "{key}: {answer}");
+    }
+    let ledger = daemon.intake("limit=500").await;
+    assert_eq!(ledger.len(), 62, "59 fine deliveries and 3 after");
+    assert!(
+        ledger.iter().all(|row| row["delivery_id"] != "poison"),
+        "the failed delivery was committed"
+    );
+    let runs = daemon.runs("limit=500").await;
+    assert_eq!(runs.len(), 62);
+    assert!(
+        runs.iter().all(|run| run["target_entity_id"] != "E-poison"),
+        "the failed delivery's run was committed"
+    );
+    // The lease the failed batch wrote was rolled back with it: the entity is free.
+    let (status, answer) = daemon
+        .post_event(
+            "poison-entity",
+            &event("webhook", "ticket.created", "acme", "E-poison"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["outcome"], "routed", "{answer}");
+    daemon.stop();
+    db.drop_database().await;
+}
+
 #[tokio::test]
 async fn a_stalled_log_reader_never_stops_intake() {
     use std::process::{Command, Stdio};
