@@ -97,17 +97,32 @@ fn string_after<'a>(body: &'a [u8], key: &[u8]) -> Option<&'a str> {
     std::str::from_utf8(&body[start..start + len]).ok()
 }
 
-/// Starts the HTTP sink on 127.0.0.1:0.
-async fn start_sink(arrivals: Arc<Arrivals>) -> anyhow::Result<SocketAddr> {
+/// Starts the HTTP sink on 127.0.0.1:0, on a thread and runtime of its own, as a worker on
+/// another machine would be: on the generator's one thread, the sink's requests waited for the
+/// load's and the load's for the sink's.
+fn start_sink(arrivals: Arc<Arrivals>) -> anyhow::Result<SocketAddr> {
     arrivals.status.store(204, Ordering::Relaxed);
-    let app = axum::Router::new()
-        .route("/runs", axum::routing::post(receive))
-        .with_state(arrivals);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("bench-sink".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let app = axum::Router::new()
+                    .route("/runs", axum::routing::post(receive))
+                    .with_state(arrivals);
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => {
+                        let _ = axum::serve(listener, app).await;
+                    }
+                    Err(error) => eprintln!("the HTTP sink cannot listen: {error}"),
+                }
+            })
+        })?;
     Ok(addr)
 }
 
@@ -311,7 +326,7 @@ pub async fn run(
     for &kind in &args.dispatch {
         let arrivals = Arc::new(Arrivals::default());
         let sink = match kind {
-            DispatchKind::Http => Some(start_sink(arrivals.clone()).await?),
+            DispatchKind::Http => Some(start_sink(arrivals.clone())?),
             DispatchKind::Nats => {
                 start_consumer(arrivals.clone(), &args.nats_url).await?;
                 None
