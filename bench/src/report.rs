@@ -58,8 +58,9 @@ pub fn print_header(args: &BenchArgs, binary: &Path) {
     );
     println!(
         "- the load generator is this process: one current-thread tokio runtime, keep-alive \
-         HTTP/1.1 connections, bodies spliced from fixed pieces; it shares the {cores} cores \
-         with the server under test (its CPU use is in the `gen CPU` column)\n"
+         HTTP/1.1 connections, bodies spliced from fixed pieces (the dispatch scenarios' http \
+         sink has a thread and runtime of its own); it shares the {cores} cores with the server \
+         under test (its CPU use, the sink's included, is in the `gen CPU` column)\n"
     );
 }
 
