@@ -102,27 +102,22 @@ fn string_after<'a>(body: &'a [u8], key: &[u8]) -> Option<&'a str> {
 /// load's and the load's for the sink's.
 fn start_sink(arrivals: Arc<Arrivals>) -> anyhow::Result<SocketAddr> {
     arrivals.status.store(204, Ordering::Relaxed);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    listener.set_nonblocking(true)?;
-    let addr = listener.local_addr()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let listener = {
+        let _sink_runtime = runtime.enter();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        tokio::net::TcpListener::from_std(listener)?
+    };
+    let addr = listener.local_addr()?;
+    let app = axum::Router::new()
+        .route("/runs", axum::routing::post(receive))
+        .with_state(arrivals);
     std::thread::Builder::new()
         .name("bench-sink".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let app = axum::Router::new()
-                    .route("/runs", axum::routing::post(receive))
-                    .with_state(arrivals);
-                match tokio::net::TcpListener::from_std(listener) {
-                    Ok(listener) => {
-                        let _ = axum::serve(listener, app).await;
-                    }
-                    Err(error) => eprintln!("the HTTP sink cannot listen: {error}"),
-                }
-            })
-        })?;
+        .spawn(move || runtime.block_on(async move { axum::serve(listener, app).await }))?;
     Ok(addr)
 }
 

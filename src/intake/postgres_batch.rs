@@ -94,6 +94,7 @@ impl Writer {
         claims: &PreClaims,
         more_queued: &(dyn Fn() -> bool + Sync),
     ) -> Result<Committed, DbErr> {
+        // Left by a batch that panicked (a failed one rolled back below).
         if self.txn == Txn::Unfinished {
             self.roll_back().await;
         }
@@ -105,11 +106,9 @@ impl Writer {
             conn,
             &mut self.txn,
             &mut self.known_gates,
-            Batch {
-                live,
-                deliveries,
-                claims,
-            },
+            live,
+            deliveries,
+            claims,
             more_queued,
         )
         .await;
@@ -125,7 +124,7 @@ impl Writer {
     async fn roll_back(&mut self) {
         if let Some(conn) = &mut self.held
             && self.txn != Txn::None
-            && let Err(error) = sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await
+            && let Err(error) = simple(conn, "ROLLBACK").await
         {
             tracing::warn!(%error, "an intake writer could not roll back a failed batch; it closes the connection");
             self.drop_connection();
@@ -151,25 +150,15 @@ impl Drop for Writer {
     }
 }
 
-/// What one batch decides from.
-struct Batch<'a> {
-    live: &'a Live,
-    deliveries: &'a [&'a Delivery],
-    claims: &'a PreClaims,
-}
-
 async fn commit_batch(
     conn: &mut PgConnection,
     txn: &mut Txn,
     known_gates: &mut HashSet<String>,
-    batch: Batch<'_>,
+    live: &Live,
+    deliveries: &[&Delivery],
+    claims: &PreClaims,
     more_queued: &(dyn Fn() -> bool + Sync),
 ) -> Result<Committed, DbErr> {
-    let Batch {
-        live,
-        deliveries,
-        claims,
-    } = batch;
     let now = now_millis();
     let lookups = Lookups::needed(deliveries, live);
     if lookups.flow.gates.iter().any(|g| !known_gates.contains(g)) {
@@ -560,10 +549,7 @@ async fn write(
             .map_err(db_err)?;
     }
     if !locks.expired_runs.is_empty() {
-        sqlx::raw_sql(CUSTOM_PLANS)
-            .execute(&mut *conn)
-            .await
-            .map_err(db_err)?;
+        simple(conn, CUSTOM_PLANS).await?;
         sqlx::query(EXPIRE_RUNS)
             .bind(RunStatus::Expired.as_str())
             .bind(locks.now)
