@@ -13,6 +13,7 @@ mod m0007_flow_control;
 mod m0008_authority;
 mod m0009_waits;
 mod m0010_replays;
+mod m0011_light_run_indexes;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -33,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0008_authority::Migration),
             Box::new(m0009_waits::Migration),
             Box::new(m0010_replays::Migration),
+            Box::new(m0011_light_run_indexes::Migration),
         ]
     }
 }

@@ -4,7 +4,7 @@
 //! Invariant: a run is ended at most once, by whoever first changes its row from an active
 //! status under a row lock (`end_active`); the end writes the run's status and reason, releases
 //! its lease, closes its pending dispatch and appends one history entry, in one transaction. The
-//! deadline timer is the `runs (status, deadline_at)` index scanned with `SKIP LOCKED`, so it
+//! deadline timer is the `runs_deadline (status, deadline_at)` index scanned with `SKIP LOCKED`, so it
 //! survives restarts and fires once across replicas.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use sea_orm::sea_query::{LockBehavior, LockType};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    QuerySelect, Select,
 };
 
 use crate::Millis;
@@ -190,6 +190,17 @@ pub async fn end(
     Ok(ended)
 }
 
+/// Active runs whose deadline is at or before `now`, earliest first: read through the
+/// `runs_deadline (status, deadline_at)` index, which holds only runs with a deadline where the
+/// database has partial indexes (`deadline_at <= ?` implies `deadline_at IS NOT NULL`).
+pub fn past_deadlines(now: Millis, limit: u64) -> Select<run::Entity> {
+    run::Entity::find()
+        .filter(run::Column::Status.is_in(crate::ACTIVE))
+        .filter(run::Column::DeadlineAt.lte(now))
+        .order_by_asc(run::Column::DeadlineAt)
+        .limit(limit)
+}
+
 /// One pass of the deadline timer: ends up to `limit` active runs whose deadline has passed as
 /// `failed` (`deadline_exceeded`). Rows another replica is ending are skipped (`SKIP LOCKED`),
 /// and a run is ended only from an active status: each fires once. Returns the ended run ids.
@@ -213,11 +224,7 @@ pub async fn expire_deadlines(
         return Ok(Vec::new());
     }
     let txn = begin_write(db).await?;
-    let due = run::Entity::find()
-        .filter(run::Column::Status.is_in(crate::ACTIVE))
-        .filter(run::Column::DeadlineAt.lte(now))
-        .order_by_asc(run::Column::DeadlineAt)
-        .limit(limit)
+    let due = past_deadlines(now, limit)
         .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
         .all(&txn)
         .await?;

@@ -1,6 +1,6 @@
 //! The deadline timer: ends active runs past their deadline as `failed` (`deadline_exceeded`),
 //! releasing their entities. Durable because the deadline is a column of the run
-//! (`runs (status, deadline_at)` index): the first pass runs at start, so a deadline that
+//! (`runs_deadline (status, deadline_at)` index): the first pass runs at start, so a deadline that
 //! passed while every daemon was down is applied then; replicas share the rows with
 //! `SKIP LOCKED` and a run ends only from an active status, so each deadline fires once.
 

@@ -18,12 +18,11 @@ use super::harness::{Backend, TestDb};
 
 /// Indexes led by `status`: a plan through one of them for a key list reads every row in
 /// that status.
-const STATUS_INDEXES: [&str; 5] = [
+const STATUS_INDEXES: [&str; 4] = [
     "dispatches_due",
     "dispatches_claim_token",
     "runs_status",
-    "runs_status_deadline_at",
-    "runs_tenant_status",
+    "runs_deadline",
 ];
 
 /// 256 keys, a claim batch.
@@ -171,4 +170,118 @@ async fn postgres_connections_plan_each_execution_for_its_values() {
     assert_eq!(mode, "force_custom_plan");
     drop(db);
     test_db.drop_database().await;
+}
+
+/// The names of `runs`' indexes, sorted, as the database lists them.
+async fn run_indexes(db: &DatabaseConnection) -> Vec<String> {
+    let sql = match db.get_database_backend() {
+        DbBackend::Sqlite => {
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' \
+             AND name NOT LIKE 'sqlite_autoindex%'"
+        }
+        DbBackend::Postgres => {
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'runs' AND indexname <> 'runs_pkey'"
+        }
+        _ => {
+            "SELECT DISTINCT index_name FROM information_schema.statistics \
+             WHERE table_schema = DATABASE() AND table_name = 'runs' AND index_name <> 'PRIMARY'"
+        }
+    };
+    let rows = db
+        .query_all_raw(Statement::from_string(db.get_database_backend(), sql))
+        .await
+        .expect("list indexes");
+    let mut names: Vec<String> = rows
+        .iter()
+        .map(|row| row.try_get_by_index::<String>(0).expect("index name"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// m0011 swaps two `runs` indexes for lighter ones on every database, and back on the way
+/// down: a status change moves a run's entry in `runs_status` and `runs_workflow_status` only.
+#[tokio::test]
+async fn the_light_run_indexes_migrate_up_down_and_up_again() {
+    let light = [
+        "runs_deadline",
+        "runs_entity",
+        "runs_status",
+        "runs_tenant",
+        "runs_workflow_status",
+    ];
+    let before = [
+        "runs_entity",
+        "runs_status",
+        "runs_status_deadline_at",
+        "runs_tenant_status",
+        "runs_workflow_status",
+    ];
+    for backend in Backend::ALL {
+        let Some(test_db) = TestDb::create(backend).await else {
+            continue;
+        };
+        let db = Database::connect(&test_db.url).await.expect("connect");
+        switchyard_migrations::Migrator::up(&db, None)
+            .await
+            .expect("migrate");
+        assert_eq!(run_indexes(&db).await, light, "{backend:?} after m0011");
+        switchyard_migrations::Migrator::down(&db, Some(1))
+            .await
+            .expect("m0011 down");
+        assert_eq!(
+            run_indexes(&db).await,
+            before,
+            "{backend:?} after m0011 down"
+        );
+        switchyard_migrations::Migrator::up(&db, None)
+            .await
+            .expect("m0011 up again");
+        assert_eq!(
+            run_indexes(&db).await,
+            light,
+            "{backend:?} after m0011 up again"
+        );
+        drop(db);
+        test_db.drop_database().await;
+    }
+}
+
+/// The deadline timer reads `runs_deadline`, which on SQLite and PostgreSQL holds only runs
+/// that have a deadline (the timer's `deadline_at <= ?` implies `deadline_at IS NOT NULL`, so
+/// both planners may use the partial index; one that would not would scan by status instead).
+#[tokio::test]
+async fn the_deadline_timer_reads_the_partial_deadline_index() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(test_db) = TestDb::create(backend).await else {
+            continue;
+        };
+        let db = Database::connect(&test_db.url).await.expect("connect");
+        switchyard_migrations::Migrator::up(&db, None)
+            .await
+            .expect("migrate");
+        let kind = db.get_database_backend();
+        let definition = match kind {
+            DbBackend::Sqlite => "SELECT sql FROM sqlite_master WHERE name = 'runs_deadline'",
+            _ => "SELECT indexdef FROM pg_indexes WHERE indexname = 'runs_deadline'",
+        };
+        let rows = db
+            .query_all_raw(Statement::from_string(kind, definition))
+            .await
+            .expect("index definition");
+        let definition: String = rows[0].try_get_by_index(0).expect("definition");
+        assert!(
+            definition.contains("WHERE") && definition.contains("IS NOT NULL"),
+            "{backend:?}: runs_deadline is not partial: {definition}"
+        );
+        let statement = switchyard_router::bounded::past_deadlines(1_000, 256).build(kind);
+        let plan = plan(&db, statement).await;
+        assert_eq!(
+            status_index(&plan),
+            Some("runs_deadline"),
+            "{backend:?}: the deadline timer does not read runs_deadline:\n{plan}"
+        );
+        drop(db);
+        test_db.drop_database().await;
+    }
 }
