@@ -66,16 +66,22 @@ fn status_index(plan: &str) -> Option<&'static str> {
     })
 }
 
+/// A new database of `backend`, connected and migrated; `None` where the backend is skipped.
+async fn migrated(backend: Backend) -> Option<(TestDb, DatabaseConnection)> {
+    let test_db = TestDb::create(backend).await?;
+    let db = Database::connect(&test_db.url).await.expect("connect");
+    switchyard_migrations::Migrator::up(&db, None)
+        .await
+        .expect("migrate");
+    Some((test_db, db))
+}
+
 #[tokio::test]
 async fn statements_over_key_lists_are_planned_by_key() {
     for backend in [Backend::Sqlite, Backend::Postgres] {
-        let Some(test_db) = TestDb::create(backend).await else {
+        let Some((test_db, db)) = migrated(backend).await else {
             continue;
         };
-        let db = Database::connect(&test_db.url).await.expect("connect");
-        switchyard_migrations::Migrator::up(&db, None)
-            .await
-            .expect("migrate");
         let kind = db.get_database_backend();
         let checked = [
             ("dispatches by id", by_key::dispatches(keys()).build(kind)),
@@ -218,13 +224,9 @@ async fn the_light_run_indexes_migrate_up_down_and_up_again() {
         "runs_workflow_status",
     ];
     for backend in Backend::ALL {
-        let Some(test_db) = TestDb::create(backend).await else {
+        let Some((test_db, db)) = migrated(backend).await else {
             continue;
         };
-        let db = Database::connect(&test_db.url).await.expect("connect");
-        switchyard_migrations::Migrator::up(&db, None)
-            .await
-            .expect("migrate");
         assert_eq!(run_indexes(&db).await, light, "{backend:?} after m0011");
         switchyard_migrations::Migrator::down(&db, Some(1))
             .await
@@ -253,13 +255,9 @@ async fn the_light_run_indexes_migrate_up_down_and_up_again() {
 #[tokio::test]
 async fn the_deadline_timer_reads_the_partial_deadline_index() {
     for backend in [Backend::Sqlite, Backend::Postgres] {
-        let Some(test_db) = TestDb::create(backend).await else {
+        let Some((test_db, db)) = migrated(backend).await else {
             continue;
         };
-        let db = Database::connect(&test_db.url).await.expect("connect");
-        switchyard_migrations::Migrator::up(&db, None)
-            .await
-            .expect("migrate");
         let kind = db.get_database_backend();
         let definition = match kind {
             DbBackend::Sqlite => "SELECT sql FROM sqlite_master WHERE name = 'runs_deadline'",
