@@ -33,6 +33,15 @@ pub struct StatusLabel {
     pub status: &'static str,
 }
 
+/// Who claimed a dispatch that is being sent: `intake` (the intake writer, in the run's own
+/// transaction), `intake_backlog` (the intake writer, from the backlog, when the dispatcher
+/// asked) or `dispatcher` (its own claim transaction).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClaimLabels {
+    pub target: String,
+    pub by: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AttemptLabels {
     pub target: String,
@@ -77,6 +86,7 @@ pub struct Metrics {
     pub runs_created: Counter,
     pub runs_finished: Family<StatusLabel, Counter>,
     pub dispatch_attempts: Family<AttemptLabels, Counter>,
+    pub dispatch_claims: Family<ClaimLabels, Counter>,
     pub dead_letters: Family<TargetLabel, Counter>,
     // Read at scrape time.
     pub writer_queue_depth: Family<WriterLabel, Gauge>,
@@ -151,6 +161,13 @@ impl Metrics {
             "Delivery attempts to push targets, by target and result",
             dispatch_attempts.clone(),
         );
+        let dispatch_claims = Family::<ClaimLabels, Counter>::default();
+        registry.register(
+            "dispatch_claims",
+            "Dispatches sent to push targets, by target and by who claimed them (intake, \
+             intake_backlog, dispatcher)",
+            dispatch_claims.clone(),
+        );
         let dead_letters = Family::<TargetLabel, Counter>::default();
         registry.register(
             "dead_letters",
@@ -220,6 +237,7 @@ impl Metrics {
             runs_created,
             runs_finished,
             dispatch_attempts,
+            dispatch_claims,
             dead_letters,
             writer_queue_depth,
             pending_dispatches,

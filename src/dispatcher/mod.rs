@@ -204,7 +204,7 @@ async fn run(
                 &current.authority,
             )
             .to_json();
-            sender.send(target, pre.claimed, message, trace, pre.permits);
+            sender.send(target, "intake", pre.claimed, message, trace, pre.permits);
         }
         let backlog_claims = wake.preclaims.take_backlog();
         if !backlog_claims.is_empty() {
@@ -247,7 +247,7 @@ async fn run(
                         let Some(permits) = slots.one() else {
                             break;
                         };
-                        sender.send(target, claimed, message, trace, permits);
+                        sender.send(target, "dispatcher", claimed, message, trace, permits);
                     }
                 }
                 Err(error) => {
@@ -323,15 +323,23 @@ struct Sender<'a> {
 
 impl Sender<'_> {
     /// Sends one claimed dispatch on its own task, holding its slots until its record is
-    /// queued.
+    /// queued; counted by who claimed it (`metrics::ClaimLabels`).
     fn send(
         &self,
         target: &PushTarget,
+        claimed_by: &'static str,
         claimed: ClaimedRun,
         message: Vec<u8>,
         trace: DispatchSpan,
         permits: preclaim::Permits,
     ) {
+        crate::metrics::metrics()
+            .dispatch_claims
+            .get_or_create(&crate::metrics::ClaimLabels {
+                target: target.name.clone(),
+                by: claimed_by,
+            })
+            .inc();
         let target = target.clone();
         let records = self.records.clone();
         let owner = self.owner.to_owned();
@@ -477,7 +485,7 @@ async fn send_backlog(
             Ok(built) => {
                 for (claimed, message, trace) in built {
                     if let Some(slots) = permits.remove(&claimed.dispatch.id) {
-                        sender.send(target, claimed, message, trace, slots);
+                        sender.send(target, "intake_backlog", claimed, message, trace, slots);
                     }
                 }
             }

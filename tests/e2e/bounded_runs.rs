@@ -279,16 +279,7 @@ async fn a_superseded_finish_names_the_subject_version_and_is_not_a_failure() {
         );
         let superseded = daemon.runs("status=superseded").await;
         assert_eq!(superseded.len(), 1, "{superseded:?}");
-        let metrics = daemon
-            .client()
-            .get(daemon.url("/metrics"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
+        let metrics = daemon.metrics().await;
         assert!(
             metrics.contains(r#"switchyard_runs_finished_total{status="superseded"} 1"#),
             "{metrics}"

@@ -684,6 +684,26 @@ async fn a_worker_down_for_the_first_attempts_gets_the_run_once_it_is_back() {
             &run,
             &["routed", "attempt_failed", "attempt_failed", "delivered"],
         );
+        // Each attempt is counted once, by who claimed it: only the first can be claimed in
+        // its run's own intake transaction (not when the dispatcher had not yet published its
+        // targets to the writer); retries come from the backlog, claimed by the SQLite intake
+        // writer or by the dispatcher itself (the only way on PostgreSQL).
+        let metrics = daemon.metrics().await;
+        let samples = super::metrics::samples(&metrics);
+        let claimed_by = |by: &str| {
+            let name = format!(r#"switchyard_dispatch_claims_total{{target="worker",by="{by}"}}"#);
+            samples.get(&name).copied().unwrap_or(0.0)
+        };
+        let (intake, backlog, dispatcher) = (
+            claimed_by("intake"),
+            claimed_by("intake_backlog"),
+            claimed_by("dispatcher"),
+        );
+        assert_eq!(intake + backlog + dispatcher, 3.0, "{backend:?}: {metrics}");
+        assert!(intake <= 1.0, "{backend:?}: {metrics}");
+        if backend != Backend::Sqlite {
+            assert_eq!(backlog, 0.0, "{backend:?}: {metrics}");
+        }
 
         daemon.stop();
         db.drop_database().await;

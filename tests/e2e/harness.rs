@@ -316,6 +316,19 @@ impl Daemon {
         read(response).await
     }
 
+    /// The `/metrics` exposition, scraped with the API token.
+    pub async fn metrics(&self) -> String {
+        let scrape = self
+            .client()
+            .get(self.url("/metrics"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("scrape");
+        assert_eq!(scrape.status(), StatusCode::OK);
+        scrape.text().await.expect("metrics text")
+    }
+
     /// An authenticated GET, answered 200 with JSON.
     pub async fn get(&self, path: &str) -> Value {
         let (status, body) = self.get_status(path).await;

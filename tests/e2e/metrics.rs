@@ -18,7 +18,7 @@ signing_secret_env = "METRICS_SECRET"
 "#;
 
 /// Sample lines (`name{labels} value`) by their name and labels.
-fn samples(text: &str) -> HashMap<String, f64> {
+pub(super) fn samples(text: &str) -> HashMap<String, f64> {
     text.lines()
         .filter(|line| !line.starts_with('#') && !line.is_empty())
         .filter_map(|line| {
@@ -76,15 +76,7 @@ async fn metrics_count_exactly_what_happened_and_pass_promtool() {
         .await
         .expect("scrape");
     assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
-    let scrape = daemon
-        .client()
-        .get(daemon.url("/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("scrape");
-    assert_eq!(scrape.status(), StatusCode::OK);
-    let exposition = scrape.text().await.expect("text");
+    let exposition = daemon.metrics().await;
     let values = samples(&exposition);
     let expect = [
         (
