@@ -25,7 +25,7 @@ impl MigrationName for Migration {
     }
 }
 
-fn index(name: &str, columns: [&'static str; 2]) -> IndexCreateStatement {
+fn runs_index(name: &str, columns: [&'static str; 2]) -> IndexCreateStatement {
     let mut index = Index::create();
     index.name(name).table("runs");
     for column in columns {
@@ -34,33 +34,40 @@ fn index(name: &str, columns: [&'static str; 2]) -> IndexCreateStatement {
     index.to_owned()
 }
 
-fn drop(name: &str) -> IndexDropStatement {
+fn drop_runs_index(name: &str) -> IndexDropStatement {
     Index::drop().name(name).table("runs").to_owned()
 }
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let mut deadline = index("runs_deadline", ["status", "deadline_at"]);
+        let mut deadline = runs_index("runs_deadline", ["status", "deadline_at"]);
         if manager.get_database_backend() != DatabaseBackend::MySql {
             deadline.and_where(Expr::col("deadline_at").is_not_null());
         }
         manager.create_index(deadline).await?;
         manager
-            .create_index(index("runs_tenant", ["tenant_id", "id"]))
+            .create_index(runs_index("runs_tenant", ["tenant_id", "id"]))
             .await?;
-        manager.drop_index(drop("runs_status_deadline_at")).await?;
-        manager.drop_index(drop("runs_tenant_status")).await
+        manager
+            .drop_index(drop_runs_index("runs_status_deadline_at"))
+            .await?;
+        manager
+            .drop_index(drop_runs_index("runs_tenant_status"))
+            .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager
-            .create_index(index("runs_status_deadline_at", ["status", "deadline_at"]))
+            .create_index(runs_index(
+                "runs_status_deadline_at",
+                ["status", "deadline_at"],
+            ))
             .await?;
         manager
-            .create_index(index("runs_tenant_status", ["tenant_id", "status"]))
+            .create_index(runs_index("runs_tenant_status", ["tenant_id", "status"]))
             .await?;
-        manager.drop_index(drop("runs_deadline")).await?;
-        manager.drop_index(drop("runs_tenant")).await
+        manager.drop_index(drop_runs_index("runs_deadline")).await?;
+        manager.drop_index(drop_runs_index("runs_tenant")).await
     }
 }

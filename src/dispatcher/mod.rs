@@ -323,7 +323,7 @@ struct Sender<'a> {
 
 impl Sender<'_> {
     /// Sends one claimed dispatch on its own task, holding its slots until its record is
-    /// queued; counted by who claimed it (`metrics::ClaimLabels`).
+    /// queued; a send is counted by who claimed it (`metrics::ClaimLabels`).
     fn send(
         &self,
         target: &PushTarget,
@@ -333,13 +333,6 @@ impl Sender<'_> {
         trace: DispatchSpan,
         permits: preclaim::Permits,
     ) {
-        crate::metrics::metrics()
-            .dispatch_claims
-            .get_or_create(&crate::metrics::ClaimLabels {
-                target: target.name.clone(),
-                by: claimed_by,
-            })
-            .inc();
         let target = target.clone();
         let records = self.records.clone();
         let owner = self.owner.to_owned();
@@ -360,6 +353,13 @@ impl Sender<'_> {
             .await
             {
                 Ok(false) => {
+                    crate::metrics::metrics()
+                        .dispatch_claims
+                        .get_or_create(&crate::metrics::ClaimLabels {
+                            target: target.name.clone(),
+                            by: claimed_by,
+                        })
+                        .inc();
                     let recorded = deliver(&target, claimed, message, trace, owner).await;
                     let _ = records.send(recorded).await;
                 }
