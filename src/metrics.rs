@@ -42,6 +42,15 @@ pub struct ClaimLabels {
     pub by: &'static str,
 }
 
+/// What started a claim transaction of the dispatcher: `start` (its first pass), `new_runs`
+/// (intake created runs it did not claim), `slot_freed` (a delivery ended while rows waited
+/// for a slot), `more` (the last claim filled every free slot) or `poll` (the periodic look).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClaimPassLabels {
+    pub target: String,
+    pub wake: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AttemptLabels {
     pub target: String,
@@ -87,6 +96,7 @@ pub struct Metrics {
     pub runs_finished: Family<StatusLabel, Counter>,
     pub dispatch_attempts: Family<AttemptLabels, Counter>,
     pub dispatch_claims: Family<ClaimLabels, Counter>,
+    pub dispatch_claim_passes: Family<ClaimPassLabels, Counter>,
     pub dead_letters: Family<TargetLabel, Counter>,
     // Read at scrape time.
     pub writer_queue_depth: Family<WriterLabel, Gauge>,
@@ -168,6 +178,13 @@ impl Metrics {
              intake_backlog, dispatcher)",
             dispatch_claims.clone(),
         );
+        let dispatch_claim_passes = Family::<ClaimPassLabels, Counter>::default();
+        registry.register(
+            "dispatch_claim_transactions",
+            "Claim transactions the dispatcher ran on the outbox, by target and by what started \
+             them (start, new_runs, slot_freed, more, poll)",
+            dispatch_claim_passes.clone(),
+        );
         let dead_letters = Family::<TargetLabel, Counter>::default();
         registry.register(
             "dead_letters",
@@ -238,6 +255,7 @@ impl Metrics {
             runs_finished,
             dispatch_attempts,
             dispatch_claims,
+            dispatch_claim_passes,
             dead_letters,
             writer_queue_depth,
             pending_dispatches,

@@ -259,6 +259,9 @@ pub struct OpenLoop {
     pub answer_us: Histogram<u64>,
     /// Request written to the run's arrival at the worker, µs.
     pub to_worker_us: Histogram<u64>,
+    /// Answer read to the run's arrival at the worker, µs (0 when the run arrived first):
+    /// delivery's own share, apart from intake's.
+    pub after_answer_us: Histogram<u64>,
 }
 
 /// A receiver outage under closed-loop load.
@@ -524,6 +527,7 @@ async fn open_loop(
         answer_us.saturating_record(micros(*answered_at - *sent_at));
     }
     let mut to_worker_us = histogram();
+    let mut after_answer_us = histogram();
     let mut arrived = 0;
     if let Some(arrivals) = arrivals {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -537,10 +541,12 @@ async fn open_loop(
             tokio::time::sleep(Duration::from_millis(100)).await;
             first = arrivals.first_arrivals();
         }
-        for (sent_at, _, run) in &sent {
+        for (sent_at, answered_at, run) in &sent {
             if let Some(at) = run.as_ref().and_then(|run| first.get(run)) {
                 arrived += 1;
                 to_worker_us.saturating_record(micros(at.saturating_duration_since(*sent_at)));
+                after_answer_us
+                    .saturating_record(micros(at.saturating_duration_since(*answered_at)));
             }
         }
     }
@@ -551,6 +557,7 @@ async fn open_loop(
         arrived,
         answer_us,
         to_worker_us,
+        after_answer_us,
     })
 }
 
@@ -691,13 +698,13 @@ pub fn print(result: &DispatchResult) {
         "\nOpen loop (event to worker: request written to the run's arrival at the worker):\n"
     );
     println!(
-        "| target | rate/s | sent | routed | arrived | answer p50 / p99 ms | to worker p50 / p99 / max ms |"
+        "| target | rate/s | sent | routed | arrived | answer p50 / p99 ms | to worker p50 / p99 / max ms | answer to worker p50 / p99 ms |"
     );
-    println!("|---|---:|---:|---:|---:|---|---|");
+    println!("|---|---:|---:|---:|---:|---|---|---|");
     let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     let open = |name: &str, l: &OpenLoop, delivered: bool| {
         println!(
-            "| {name} | {} | {} | {} | {} | {:.2} / {:.2} | {} |",
+            "| {name} | {} | {} | {} | {} | {:.2} / {:.2} | {} | {} |",
             l.rate,
             l.sent,
             l.routed,
@@ -714,6 +721,15 @@ pub fn print(result: &DispatchResult) {
                     ms(&l.to_worker_us, 0.5),
                     ms(&l.to_worker_us, 0.99),
                     l.to_worker_us.max() as f64 / 1000.0
+                )
+            } else {
+                "-".into()
+            },
+            if delivered {
+                format!(
+                    "{:.2} / {:.2}",
+                    ms(&l.after_answer_us, 0.5),
+                    ms(&l.after_answer_us, 0.99)
                 )
             } else {
                 "-".into()

@@ -7,6 +7,7 @@
 //! Each daemon runs one; replicas share the outbox through `SKIP LOCKED` claims.
 
 mod deadlines;
+mod handover;
 mod members;
 pub mod message;
 pub mod preclaim;
@@ -148,11 +149,21 @@ async fn run(
     let (records, queue) = mpsc::channel(IN_FLIGHT * 2);
     let recorder = tokio::spawn(record_all(db.clone(), queue, healths, wake.clone()));
     let mut transports = Transports::default();
+    let sender = Sender {
+        records,
+        owner: owner.clone(),
+        wake: wake.clone(),
+        db: db.clone(),
+        live: live.clone(),
+    };
+    let (targets, handed_over) = watch::channel(Arc::<[PushTarget]>::from([]));
+    let handover = tokio::spawn(handover::run(sender.clone(), handed_over, stopped.clone()));
     let keeper = tokio::spawn(keep_alive(db.clone(), stopped.clone()));
     let timer = tokio::spawn(deadlines::run(db.clone(), stopped.clone()));
-    // Whether this pass claims from the outbox (not only sends what intake pre-claimed), and
-    // whether due rows may be waiting for a free slot (then a freed slot means a claim pass).
-    let (mut claim_now, mut backlog) = (true, true);
+    // What makes this pass claim from the outbox (`None`: it only sends the backlog rows the
+    // writer claimed), and whether due rows may be waiting for a free slot (then a freed slot
+    // means a claim pass).
+    let (mut claim_now, mut backlog): (Option<&'static str>, bool) = (Some("start"), true);
     let mut published = String::new();
     loop {
         if *stopped.borrow() {
@@ -162,6 +173,8 @@ async fn run(
         transports.refresh(&current).await;
         if published != current.revision() {
             published = current.revision().to_owned();
+            // The hand-over task knows the targets before the writers may claim for them.
+            targets.send_replace(transports.push().into());
             wake.preclaims.publish(
                 &owner,
                 &in_flight,
@@ -175,47 +188,27 @@ async fn run(
                     .map(|m| (m.workflow_id.clone(), m.target.clone())),
             );
         }
-        let sender = Sender {
-            records: &records,
-            owner: &owner,
-            wake: &wake,
-            db: &db,
-            live: &live,
-        };
-        for pre in wake.preclaims.take() {
-            let Some(target) = transports
-                .push()
-                .iter()
-                .find(|t| t.name == pre.claimed.dispatch.target)
-            else {
-                continue;
-            };
-            let trace = DispatchSpan::start(
-                &pre.claimed.run,
-                &target.name,
-                pre.claimed.dispatch.attempts,
-            );
-            let message = message::run_start(
-                &pre.claimed,
-                pre.routed,
-                None,
-                now_millis(),
-                &trace,
-                &current.authority,
-            )
-            .to_json();
-            sender.send(target, "intake", pre.claimed, message, trace, pre.permits);
-        }
         let backlog_claims = wake.preclaims.take_backlog();
         if !backlog_claims.is_empty() {
             send_backlog(&sender, transports.push(), backlog_claims, &current).await;
         }
         let mut more = false;
         let mut delegated = false;
-        if claim_now {
+        if claim_now.is_some() {
             backlog = false;
+            if !wake.records.is_open() {
+                // No SQLite writer looks at the backlog for this dispatcher: this pass reads
+                // it, so what a pre-claim left waiting for a slot is looked at now (a claim
+                // that finds no slot from here on flags it again). Left set, every delivery
+                // that ends would start a claim transaction of its own.
+                wake.preclaims.set_backlog_left(false);
+            }
         }
-        for target in transports.push().iter().filter(|_| claim_now) {
+        for (target, wake_label) in transports
+            .push()
+            .iter()
+            .filter_map(|t| Some((t, claim_now?)))
+        {
             // The SQLite intake writer claims the backlog in its own transaction.
             if wake.records.is_open() && wake.preclaims.writer_may_claim_for(&target.name) {
                 delegated = true;
@@ -239,6 +232,13 @@ async fn run(
                 backlog = true;
                 continue;
             };
+            crate::metrics::metrics()
+                .dispatch_claim_passes
+                .get_or_create(&crate::metrics::ClaimPassLabels {
+                    target: target.name.clone(),
+                    wake: wake_label,
+                })
+                .inc();
             match claim(&db, target, &owner, free, &current).await {
                 Ok(claimed) => {
                     more |= claimed.len() == free;
@@ -262,18 +262,21 @@ async fn run(
         }
         if more {
             tokio::task::yield_now().await;
-            claim_now = true;
+            claim_now = Some("more");
             continue;
         }
         claim_now = tokio::select! {
-            _ = wake.dispatcher.notified() => true,
-            _ = wake.preclaims.ready.notified() => false,
-            _ = wake.preclaims.slot_freed.notified() => backlog || wake.preclaims.backlog_left(),
-            _ = tokio::time::sleep(POLL) => true,
-            _ = stopped.changed() => true,
+            _ = wake.dispatcher.notified() => Some("new_runs"),
+            _ = wake.preclaims.backlog_ready.notified() => None,
+            _ = wake.preclaims.slot_freed.notified() => {
+                (backlog || wake.preclaims.backlog_left()).then_some("slot_freed")
+            }
+            _ = tokio::time::sleep(POLL) => Some("poll"),
+            _ = stopped.changed() => None,
         };
     }
     wake.preclaims.close();
+    let _ = handover.await;
     // Drain: every permit back means every delivery has sent its record.
     let drained = tokio::time::timeout(DRAIN, in_flight.acquire_many(IN_FLIGHT as u32)).await;
     if drained.is_err() {
@@ -281,7 +284,8 @@ async fn run(
             "deliveries still in flight at shutdown are left claimed; they will be sent again"
         );
     }
-    drop(records);
+    // The recorder ends when the last sender of records is gone (the hand-over task's ended).
+    drop(sender);
     let _ = recorder.await;
     let _ = keeper.await;
     let _ = timer.await;
@@ -312,16 +316,17 @@ impl Slots {
     }
 }
 
-/// What a delivery task needs from the dispatcher's loop.
-struct Sender<'a> {
-    records: &'a mpsc::Sender<Recorded>,
-    owner: &'a str,
-    wake: &'a Arc<Wake>,
-    db: &'a DatabaseConnection,
-    live: &'a LiveConfig,
+/// What a delivery task needs: where its record goes, the claimant, the store and config.
+#[derive(Clone)]
+struct Sender {
+    records: mpsc::Sender<Recorded>,
+    owner: String,
+    wake: Arc<Wake>,
+    db: DatabaseConnection,
+    live: LiveConfig,
 }
 
-impl Sender<'_> {
+impl Sender {
     /// Sends one claimed dispatch on its own task, holding its slots until its record is
     /// queued; a send is counted by who claimed it (`metrics::ClaimLabels`).
     fn send(
@@ -460,7 +465,7 @@ async fn messages(
 /// Sends the backlog rows the SQLite intake writer claimed, read back first. A row that cannot
 /// be read now stays claimed until its claim lapses, then is claimed and sent again.
 async fn send_backlog(
-    sender: &Sender<'_>,
+    sender: &Sender,
     targets: &[PushTarget],
     claims: Vec<preclaim::BacklogClaim>,
     live: &Live,
@@ -477,8 +482,8 @@ async fn send_backlog(
             continue;
         };
         let ids: Vec<String> = permits.keys().cloned().collect();
-        let built = match outbox::claimed_rows(sender.db, &ids, sender.owner).await {
-            Ok(claimed) => messages(sender.db, target, claimed, live, now_millis()).await,
+        let built = match outbox::claimed_rows(&sender.db, &ids, &sender.owner).await {
+            Ok(claimed) => messages(&sender.db, target, claimed, live, now_millis()).await,
             Err(error) => Err(error.into()),
         };
         match built {

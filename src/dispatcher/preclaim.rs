@@ -94,10 +94,13 @@ pub struct PreClaims {
     /// The dispatcher asked for backlog rows; the writer looks at its next transaction.
     backlog_wanted: AtomicBool,
     /// Due rows may be waiting for a free slot (a claim found none, or the writer's last look
-    /// filled every slot): a freed slot is worth asking the writer for more.
+    /// filled every slot): a freed slot is worth a look at the backlog (asking the writer, or
+    /// a claim pass). Cleared when the backlog is looked at, so it starts no pass after that.
     backlog_left: AtomicBool,
     /// Pre-claims were handed over: send them (no claim transaction needed).
     pub ready: Notify,
+    /// Backlog rows the writer claimed were handed over: read them back and send them.
+    pub backlog_ready: Notify,
     /// A delivery ended and freed a slot: claim again if rows were left waiting for one.
     pub slot_freed: Notify,
 }
@@ -189,7 +192,8 @@ impl PreClaims {
         self.backlog_left.load(Ordering::SeqCst)
     }
 
-    /// The writer looked: rows `left` or not.
+    /// The backlog was looked at (by the SQLite writer, or by a claim pass of the dispatcher
+    /// where no writer claims it): rows `left` or not.
     pub fn set_backlog_left(&self, left: bool) {
         self.backlog_left.store(left, Ordering::SeqCst);
     }
@@ -221,7 +225,7 @@ impl PreClaims {
         let mut state = self.state();
         if state.owner.is_some() {
             state.backlog.extend(claimed);
-            self.ready.notify_one();
+            self.backlog_ready.notify_one();
         }
     }
 

@@ -710,6 +710,78 @@ async fn a_worker_down_for_the_first_attempts_gets_the_run_once_it_is_back() {
     }
 }
 
+/// Where no SQLite writer claims the backlog (PostgreSQL, MariaDB), the dispatcher's own claim
+/// pass does, and it clears the flag that a pre-claim finding no free slot raised. Left raised,
+/// every delivery that ended started a claim transaction of its own, long after the backlog was
+/// gone: database load, and runs handed over meanwhile waited behind it.
+#[tokio::test]
+async fn a_drained_backlog_starts_no_claim_transaction_per_delivery() {
+    for backend in [Backend::Postgres, Backend::MySql] {
+        let Some(db) = TestDb::create(backend).await else {
+            continue;
+        };
+        let (secret, key) = new_secret();
+        let worker = Worker::start(key, &[], Duration::from_millis(200)).await;
+        // One request at a time: four claims (max_in_flight times the claim window).
+        let setup = http_setup(&worker.url, "timeout = \"5s\"\nmax_in_flight = 1");
+        let daemon =
+            Daemon::start(&db, &config(&db, &setup), &[(SECRET_ENV, secret.as_str())]).await;
+        // Ten runs at once: four pre-claimed, the rest find no slot and wait in the backlog.
+        let entities: Vec<String> = (0..10).map(|n| unique(&format!("b{n}"))).collect();
+        let posted = AtomicUsize::new(0);
+        let backlog: BTreeSet<String> = post_many(&daemon, &entities, 10, &posted)
+            .await
+            .into_iter()
+            .collect();
+        wait_all_dispatched(&daemon, &backlog, Duration::from_secs(60)).await;
+        let passes = |metrics: &str, wake: &str| {
+            let name = format!(
+                r#"switchyard_dispatch_claim_transactions_total{{target="worker",wake="{wake}"}}"#
+            );
+            super::metrics::samples(metrics)
+                .get(&name)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let before = daemon.metrics().await;
+        assert!(
+            passes(&before, "slot_freed") >= 1.0,
+            "{backend:?}: the backlog was claimed when slots were freed: {before}"
+        );
+        // Then one run at a time, each delivered before the next is posted.
+        for n in 0..8 {
+            let (_, answer) = daemon
+                .post_event(
+                    &unique("one"),
+                    &event("chat", "message", "acme", &unique(&format!("o{n}"))),
+                )
+                .await;
+            wait_run(
+                &daemon,
+                &run_id(&answer),
+                "dispatched",
+                Duration::from_secs(30),
+            )
+            .await;
+        }
+        let after = daemon.metrics().await;
+        let freed = passes(&after, "slot_freed") - passes(&before, "slot_freed");
+        assert!(
+            freed <= 1.0,
+            "{backend:?}: {freed} claim transactions for freed slots while no run waited for \
+             one (8 deliveries): {after}"
+        );
+        assert_eq!(worker.seen().len(), 18, "{backend:?}: each run sent once");
+        // The dispatcher's tasks (its loop, the hand-over, the recorder) end at shutdown.
+        let logs = daemon.stop_with_logs().await;
+        assert!(
+            logs.contains(r#""message":"stopped""#) && !logs.contains("did not stop in time"),
+            "{backend:?}: the daemon did not stop cleanly:\n{logs}"
+        );
+        db.drop_database().await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Dead letters and redispatch.
 

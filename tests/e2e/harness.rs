@@ -458,6 +458,18 @@ impl Daemon {
             .status();
         let _ = self.child.wait();
     }
+
+    /// Stops the daemon with SIGTERM; its log once it has logged its last line (`stopped`) or
+    /// 5 s have passed since it exited.
+    pub async fn stop_with_logs(mut self) -> String {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        self.wait_for_log(r#""message":"stopped""#, Duration::from_secs(5))
+            .await;
+        self.logs()
+    }
 }
 
 impl Drop for Daemon {
