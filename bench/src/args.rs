@@ -116,6 +116,11 @@ pub struct BenchArgs {
     /// Open-loop rate of the dispatch latency run, requests/s (0 skips it).
     #[arg(long, default_value_t = 1000)]
     pub dispatch_rate: u64,
+    /// On PostgreSQL, do not `CHECKPOINT` the server before each open-loop latency run. By
+    /// default the bench does, so that the run measures the daemon at `--dispatch-rate` rather
+    /// than the server writing out the WAL of the closed-loop rounds before it.
+    #[arg(long)]
+    pub no_checkpoint: bool,
     /// Also a receiver outage of this length (the http sink answers 503) under closed-loop load.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub outage: Option<Duration>,

@@ -282,6 +282,8 @@ pub struct DispatchResult {
     pub pull: Vec<RunResult>,
     pub pull_latency: Option<OpenLoop>,
     pub runs: Vec<DispatchRun>,
+    /// Whether each open loop started right after a `CHECKPOINT` (PostgreSQL, by default).
+    pub checkpointed: bool,
 }
 
 pub async fn run(
@@ -369,6 +371,7 @@ pub async fn run(
             });
         }
     }
+    settle(args, backend).await?;
     let pull_latency = open_loop(args, &pull_daemon, scenario, None).await;
     pull_daemon.stop();
 
@@ -386,6 +389,7 @@ pub async fn run(
             backend.name(),
             kind.name()
         );
+        settle(args, backend).await?;
         let latency = open_loop(args, &daemon, scenario, Some(&arrivals)).await;
         let outage = match (kind, args.outage) {
             (DispatchKind::Http, Some(length)) => {
@@ -411,7 +415,23 @@ pub async fn run(
         pull,
         pull_latency,
         runs,
+        checkpointed: backend == Backend::Postgres && !args.no_checkpoint,
     })
+}
+
+/// Before an open loop on PostgreSQL: a `CHECKPOINT`, unless `--no-checkpoint`. The closed
+/// loops before it write WAL at several times the open loop's rate; without it the open loop
+/// measures the server's checkpoint of their writes (see BENCHMARKS round 17).
+async fn settle(args: &BenchArgs, backend: Backend) -> anyhow::Result<()> {
+    if backend != Backend::Postgres || args.no_checkpoint || args.dispatch_rate == 0 {
+        return Ok(());
+    }
+    let took = crate::postgres::checkpoint(&args.postgres_url, &args.postgres_admin_db).await?;
+    eprintln!(
+        "   CHECKPOINT before the open loop took {:.1} s",
+        took.as_secs_f64()
+    );
+    Ok(())
 }
 
 async fn closed_loop(
@@ -695,7 +715,12 @@ pub fn print(result: &DispatchResult) {
         }
     }
     println!(
-        "\nOpen loop (event to worker: request written to the run's arrival at the worker):\n"
+        "\nOpen loop (event to worker: request written to the run's arrival at the worker){}:\n",
+        if result.checkpointed {
+            ", each started right after a CHECKPOINT of the server"
+        } else {
+            ""
+        }
     );
     println!(
         "| target | rate/s | sent | routed | arrived | answer p50 / p99 ms | to worker p50 / p99 / max ms | answer to worker p50 / p99 ms |"

@@ -1,7 +1,26 @@
 //! Throwaway PostgreSQL databases: one per run, created and dropped by the bench.
 
+use std::time::{Duration, Instant};
+
 use anyhow::Context;
 use sea_orm::{ConnectionTrait, Database};
+
+/// `CHECKPOINT` on the server at `server_url` (through `admin_db`), waiting for it to end; the
+/// time it took. A checkpoint already under way is finished at once rather than spread.
+pub async fn checkpoint(server_url: &str, admin_db: &str) -> anyhow::Result<Duration> {
+    let admin_url = format!("{}/{admin_db}", server_url.trim_end_matches('/'));
+    let admin = Database::connect(&admin_url)
+        .await
+        .with_context(|| format!("cannot connect to PostgreSQL at {admin_url}"))?;
+    let started = Instant::now();
+    admin
+        .execute_unprepared("CHECKPOINT")
+        .await
+        .context("CHECKPOINT failed (it needs a superuser or the pg_checkpoint role)")?;
+    let took = started.elapsed();
+    admin.close().await?;
+    Ok(took)
+}
 
 /// A database created for this run; [`TempDatabase::drop_database`] removes it.
 #[derive(Debug)]
