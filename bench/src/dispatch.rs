@@ -415,15 +415,21 @@ pub async fn run(
         pull,
         pull_latency,
         runs,
-        checkpointed: backend == Backend::Postgres && !args.no_checkpoint,
+        checkpointed: checkpoints(args, backend),
     })
 }
 
-/// Before an open loop on PostgreSQL: a `CHECKPOINT`, unless `--no-checkpoint`. The closed
-/// loops before it write WAL at several times the open loop's rate; without it the open loop
-/// measures the server's checkpoint of their writes (see BENCHMARKS round 17).
+/// Whether each open loop starts right after a `CHECKPOINT`: on PostgreSQL, unless
+/// `--no-checkpoint`. The closed loops before it write WAL at several times the open loop's
+/// rate; without it the open loop measures the server's checkpoint of their writes (see
+/// BENCHMARKS round 17).
+fn checkpoints(args: &BenchArgs, backend: Backend) -> bool {
+    backend == Backend::Postgres && !args.no_checkpoint && args.dispatch_rate > 0
+}
+
+/// Before an open loop: the `CHECKPOINT` that [`checkpoints`] asks for.
 async fn settle(args: &BenchArgs, backend: Backend) -> anyhow::Result<()> {
-    if backend != Backend::Postgres || args.no_checkpoint || args.dispatch_rate == 0 {
+    if !checkpoints(args, backend) {
         return Ok(());
     }
     let took = crate::postgres::checkpoint(&args.postgres_url, &args.postgres_admin_db).await?;

@@ -3,15 +3,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sea_orm::{ConnectionTrait, Database};
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
 
 /// `CHECKPOINT` on the server at `server_url` (through `admin_db`), waiting for it to end; the
-/// time it took. A checkpoint already under way is finished at once rather than spread.
+/// time it took. It is an immediate checkpoint: one under way is hurried to its end, not spread.
 pub async fn checkpoint(server_url: &str, admin_db: &str) -> anyhow::Result<Duration> {
-    let admin_url = format!("{}/{admin_db}", server_url.trim_end_matches('/'));
-    let admin = Database::connect(&admin_url)
-        .await
-        .with_context(|| format!("cannot connect to PostgreSQL at {admin_url}"))?;
+    let (_, admin) = connect_admin(server_url, admin_db).await?;
     let started = Instant::now();
     admin
         .execute_unprepared("CHECKPOINT")
@@ -20,6 +17,18 @@ pub async fn checkpoint(server_url: &str, admin_db: &str) -> anyhow::Result<Dura
     let took = started.elapsed();
     admin.close().await?;
     Ok(took)
+}
+
+/// A connection to `admin_db` on the server at `server_url`, and that database's URL.
+async fn connect_admin(
+    server_url: &str,
+    admin_db: &str,
+) -> anyhow::Result<(String, DatabaseConnection)> {
+    let admin_url = format!("{}/{admin_db}", server_url.trim_end_matches('/'));
+    let admin = Database::connect(&admin_url)
+        .await
+        .with_context(|| format!("cannot connect to PostgreSQL at {admin_url}"))?;
+    Ok((admin_url, admin))
 }
 
 /// A database created for this run; [`TempDatabase::drop_database`] removes it.
@@ -33,19 +42,15 @@ pub struct TempDatabase {
 impl TempDatabase {
     /// `CREATE DATABASE bench_<uuid>_<label>` on the server at `server_url`.
     pub async fn create(server_url: &str, admin_db: &str, label: &str) -> anyhow::Result<Self> {
-        let server_url = server_url.trim_end_matches('/');
-        let admin_url = format!("{server_url}/{admin_db}");
+        let (admin_url, admin) = connect_admin(server_url, admin_db).await?;
         let name = format!("bench_{}_{label}", uuid::Uuid::now_v7().simple());
-        let admin = Database::connect(&admin_url)
-            .await
-            .with_context(|| format!("cannot connect to PostgreSQL at {admin_url}"))?;
         admin
             .execute_unprepared(&format!("CREATE DATABASE {name}"))
             .await
             .with_context(|| format!("cannot create database {name}"))?;
         admin.close().await?;
         Ok(Self {
-            url: format!("{server_url}/{name}"),
+            url: format!("{}/{name}", server_url.trim_end_matches('/')),
             admin_url,
             name,
         })
