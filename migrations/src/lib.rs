@@ -14,6 +14,7 @@ mod m0008_authority;
 mod m0009_waits;
 mod m0010_replays;
 mod m0011_light_run_indexes;
+mod m0012_delivery_scope;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -35,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0009_waits::Migration),
             Box::new(m0010_replays::Migration),
             Box::new(m0011_light_run_indexes::Migration),
+            Box::new(m0012_delivery_scope::Migration),
         ]
     }
 }

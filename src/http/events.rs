@@ -23,7 +23,8 @@ use crate::store::MAX_KEY_LEN;
 pub const API_SOURCE: &str = "api";
 
 /// A canonical event as a sender posts it: `raw_ref` may be left out (it then points at the
-/// stored request body).
+/// stored request body); a sender's own `raw_ref` is a reference outside Switchyard, never one
+/// to stored bytes ([`STORED_BYTES`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EventRequest {
@@ -35,6 +36,11 @@ struct EventRequest {
     #[serde(default)]
     raw_ref: Option<String>,
 }
+
+/// The prefix of a `raw_ref` naming bytes Switchyard stored. Only Switchyard writes one: a
+/// sender naming another delivery's bytes (another tenant's, say) as its event's original is
+/// refused (DESIGN.md promise 9).
+const STORED_BYTES: &str = "raw:";
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/events", post(post_event))
@@ -71,6 +77,16 @@ async fn post_event(
         Ok(request) => request,
         Err(error) => return invalid(format!("invalid event JSON: {error}")),
     };
+    if request
+        .raw_ref
+        .as_deref()
+        .is_some_and(|r| r.starts_with(STORED_BYTES))
+    {
+        return invalid(format!(
+            "`raw_ref` may not name stored bytes (`{STORED_BYTES}...`): Switchyard points it at \
+             this request's own body when it is left out"
+        ));
+    }
     let intake_id = Uuid::now_v7();
     let event = Event {
         channel: request.channel,
@@ -106,10 +122,12 @@ async fn post_event(
             return invalid(format!("`{field}` is longer than {MAX_KEY_LEN} bytes"));
         }
     }
-    let mut delivery = Delivery::new(intake_id, API_SOURCE, key, DeliveryBody::Route(event));
+    let tenant = event.tenant_id.clone();
+    let mut delivery =
+        Delivery::new(intake_id, API_SOURCE, key, DeliveryBody::Route(event)).scoped_to(&tenant);
     delivery.raw = Some(Raw {
         content_type: "application/json".into(),
         bytes: body,
     });
-    super::waits::resume_or_submit(&state, delivery, &[], Style::Standard).await
+    super::waits::resume_or_submit(&state, delivery, &[], &principal.name, Style::Standard).await
 }

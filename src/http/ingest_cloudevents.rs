@@ -53,7 +53,8 @@ async fn ingest(
     };
     // A token with `events:write` for the source's tenant, or the source's signature; a
     // token that is wrong or lacks the right is refused outright, never retried as a signature.
-    match (super::auth::bearer_principal(&headers, &live), key) {
+    // Who sent it, as a resume's actor is bound to: the token, or the signed source.
+    let caller = match (super::auth::bearer_principal(&headers, &live), key) {
         (Some(Some(principal)), _) => {
             if let Err(error) = principal.require(Scope::EventsWrite) {
                 return error.into_response();
@@ -69,6 +70,7 @@ async fn ingest(
                 }
                 .into_response();
             }
+            principal.name
         }
         (Some(None), _) => return unauthorized("bad_token: unknown bearer token".into()),
         (None, Some(key)) => {
@@ -82,6 +84,7 @@ async fn ingest(
             ) {
                 return unauthorized(format!("{}: {error}", error.detail()));
             }
+            format!("source:{name}")
         }
         (None, None) => {
             return unauthorized(format!(
@@ -90,7 +93,7 @@ async fn ingest(
                  (Authorization: Bearer) are accepted"
             ));
         }
-    }
+    };
     let intake_id = Uuid::now_v7();
     let parsed = switchyard_cloudevents::parse(&pairs[..], &body);
     let content_type = headers
@@ -152,5 +155,5 @@ async fn ingest(
         content_type,
         bytes: body,
     });
-    super::waits::resume_or_submit(&state, delivery, &["data"], Style::Standard).await
+    super::waits::resume_or_submit(&state, delivery, &["data"], &caller, Style::Standard).await
 }

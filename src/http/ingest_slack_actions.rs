@@ -111,6 +111,7 @@ fn claim_of(action: &switchyard_slack::BlockAction) -> ResumeClaim {
         proposal_digest,
         decision: action.action_id.clone(),
         actor: Some(action.user_id.clone()),
+        caller: None,
     }
 }
 

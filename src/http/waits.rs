@@ -30,7 +30,7 @@ use crate::waits::open::{self, OnTimeout, OpenError, OpenRequest};
 use crate::waits::resume::{self, ResumeClaim};
 
 /// The source name of resumes posted to `POST /v1/waits/resume` (the same as `/v1/events`, so
-/// one `Idempotency-Key` identifies a delivery on either).
+/// one `Idempotency-Key` of a tenant identifies a delivery on either).
 const API_SOURCE: &str = super::events::API_SOURCE;
 
 pub fn router() -> Router<AppState> {
@@ -193,7 +193,9 @@ struct ResumeBody {
     token: String,
     proposal_digest: String,
     decision: String,
-    actor: String,
+    /// Who decided: the calling token's name, which is also the default.
+    #[serde(default)]
+    actor: Option<String>,
 }
 
 async fn post_resume(
@@ -231,12 +233,13 @@ async fn post_resume(
         Ok(request) => request,
         Err(error) => return invalid(format!("invalid resume: {error}")),
     };
+    let actor = request.actor.unwrap_or_else(|| principal.name.clone());
     for (field, text) in [
         ("tenant_id", &request.tenant_id),
         ("token", &request.token),
         ("proposal_digest", &request.proposal_digest),
         ("decision", &request.decision),
-        ("actor", &request.actor),
+        ("actor", &actor),
     ] {
         if let Err(detail) = open::check_id(field, text) {
             return invalid(detail);
@@ -246,7 +249,8 @@ async fn post_resume(
         token: request.token,
         proposal_digest: Some(request.proposal_digest),
         decision: request.decision,
-        actor: Some(request.actor),
+        actor: Some(actor),
+        caller: Some(principal.name.clone()),
     };
     if !principal.sees(&request.tenant_id) {
         return ApiError::Refused {
@@ -272,7 +276,9 @@ async fn post_resume(
         payload: json!({ "resume": value }),
         raw_ref: Delivery::raw_ref(intake_id),
     };
-    let mut delivery = Delivery::new(intake_id, API_SOURCE, key, DeliveryBody::Route(event));
+    let tenant = event.tenant_id.clone();
+    let mut delivery =
+        Delivery::new(intake_id, API_SOURCE, key, DeliveryBody::Route(event)).scoped_to(&tenant);
     delivery.raw = Some(Raw {
         content_type: "application/json".into(),
         bytes: body,
@@ -286,11 +292,13 @@ fn redacted(token: &str) -> String {
 
 /// Submits `delivery` as a resume when its event's payload carries `resume` (at `at`: `[]` for
 /// a canonical event, `["data"]` for a CloudEvent), else to the intake writers as usual. A
-/// malformed `resume` is recorded `invalid_event`.
+/// malformed `resume` is recorded `invalid_event`. `caller` is who sent it (a token's or a
+/// source's name): the resume's actor must be the caller.
 pub(crate) async fn resume_or_submit(
     state: &AppState,
     mut delivery: Delivery,
     at: &[&str],
+    caller: &str,
     style: Style,
 ) -> Response {
     let found = match &delivery.body {
@@ -299,7 +307,7 @@ pub(crate) async fn resume_or_submit(
             for key in at {
                 node = node.and_then(|n| n.get(*key));
             }
-            ResumeClaim::in_payload(node.and_then(|n| n.get("resume")))
+            ResumeClaim::in_payload(node.and_then(|n| n.get("resume")), caller)
         }
         _ => None,
     };

@@ -16,13 +16,16 @@ use crate::authority::Refusal;
 use crate::live::Live;
 use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
 
-/// `(source, key)`: how deliveries and claimed messages are identified.
+/// `(source, key)`: how claimed messages (and mailboxes) are identified.
 pub(super) type SourceKey = (String, String);
+
+/// `(source, scope, delivery_id)`: how deliveries are identified ([`Delivery::scope`]).
+pub(super) type DeliveryKey = (String, String, String);
 
 /// What a batch must look up before it can be decided.
 pub(super) struct Lookups<'a> {
-    /// `(source, delivery_id)` of every delivery, for duplicates.
-    pub deliveries: Vec<(&'a str, &'a str)>,
+    /// `(source, scope, delivery_id)` of every delivery, for duplicates.
+    pub deliveries: Vec<(&'a str, &'a str, &'a str)>,
     /// `(source, message_key)` of deliveries that name their message.
     pub messages: Vec<(&'a str, &'a str)>,
     /// `(tenant_id, target_entity_id)` of every event a live workflow triggers on.
@@ -68,7 +71,7 @@ impl<'a> Lookups<'a> {
             flow,
             deliveries: deliveries
                 .iter()
-                .map(|d| (d.source.as_str(), d.delivery_id.as_str()))
+                .map(|d| (d.source.as_str(), d.scope.as_str(), d.delivery_id.as_str()))
                 .collect(),
             messages: deliveries
                 .iter()
@@ -104,8 +107,8 @@ fn refuse_unauthorised(
 
 /// What the store held for a batch's [`Lookups`].
 pub(super) struct Found {
-    /// The answer of each `(source, delivery_id)` already recorded ([`first_answer`]).
-    pub seen: HashMap<SourceKey, Answer>,
+    /// The answer of each `(source, scope, delivery_id)` already recorded ([`first_answer`]).
+    pub seen: HashMap<DeliveryKey, Answer>,
     /// The answer of the routed delivery that claimed each `(source, message_key)`.
     pub claimed: HashMap<SourceKey, Answer>,
     /// The lease rows of the batch's entities (row-locked until the commit).
@@ -186,7 +189,11 @@ pub(super) fn decide(
                 );
             }
         };
-        let key = (delivery.source.clone(), delivery.delivery_id.clone());
+        let key = (
+            delivery.source.clone(),
+            delivery.scope.clone(),
+            delivery.delivery_id.clone(),
+        );
         if let Some(first) = seen.get(&key) {
             // A stored refusal by a ceiling is no answer to keep: its retry is decided anew
             // and replaces it.
@@ -474,6 +481,7 @@ fn ledger_row(
         id: delivery.intake_id.to_string(),
         source: delivery.source.clone(),
         delivery_id: delivery.delivery_id.clone(),
+        scope: delivery.scope.clone(),
         outcome: fields.outcome.as_str().to_owned(),
         // Adapters may quote what they refused; U+0000 is the one character PostgreSQL text
         // cannot hold.

@@ -47,8 +47,11 @@ pub struct Delivery {
     /// The ledger row's id; also the raw delivery's id (`raw_ref` = `raw:<id>`).
     pub intake_id: Uuid,
     pub source: String,
-    /// With `source`, identifies the delivery: a second one is a `duplicate`.
+    /// With `source` and `scope`, identifies the delivery: a second one is a `duplicate`.
     pub delivery_id: String,
+    /// Whose namespace `delivery_id` is in: the caller's tenant where the caller chooses the
+    /// id on a source every tenant shares (`api`: [`Delivery::scoped_to`]), else empty.
+    pub scope: String,
     pub received_at: i64,
     /// The original bytes, stored for `raw_ref`.
     pub raw: Option<Raw>,
@@ -118,6 +121,7 @@ impl Delivery {
             intake_id,
             source: source.into(),
             delivery_id: bounded_key(delivery_id.into()),
+            scope: String::new(),
             received_at: switchyard_router::now_millis(),
             raw: None,
             payload_text: body.event().map(|event| event.payload.to_string()),
@@ -127,6 +131,15 @@ impl Delivery {
             trace: crate::telemetry::incoming(),
             replay: None,
         }
+    }
+
+    /// Puts a caller-chosen delivery id in `tenant`'s namespace: the same id from another
+    /// tenant is another delivery, never its duplicate (DESIGN.md promise 9).
+    pub fn scoped_to(mut self, tenant: &str) -> Self {
+        // Bounded as ids are: a tenant the store cannot hold makes the event `invalid_event`,
+        // which must still be recorded.
+        self.scope = bounded_key(tenant.to_owned());
+        self
     }
 
     /// The `raw_ref` the stored original will have.

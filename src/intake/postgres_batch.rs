@@ -216,7 +216,7 @@ async fn simple(conn: &mut PgConnection, sql: &'static str) -> Result<(), DbErr>
 
 /// Everything a batch needs to know, in one round trip: the flow-control gates it names
 /// (`gate`, row-locked, first and in name order: every writer locks gates before leases), the
-/// stored answer of each `(source, delivery_id)` (`delivery` rows), of the routed row that
+/// stored answer of each `(source, scope, delivery_id)` (`delivery` rows), of the routed row that
 /// claimed each `(source, message_key)` (`message`), and the lease row of each `(tenant_id,
 /// target_entity_id)` that has one (`lease`), row-locked until the commit.
 const LOOK_UP: &str = "\
@@ -236,19 +236,19 @@ WITH gates AS ( \
     ) AS l \
 ) \
 SELECT 'gate', name::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, \
-       NULL::text, NULL::text, tat_us, NULL::int8, NULL::int8 \
+       NULL::text, NULL::text, tat_us, NULL::int8, NULL::int8, NULL::text \
 FROM gates \
 UNION ALL \
 SELECT 'delivery', k.source, k.key, i.id, i.outcome, i.detail, i.run_id, i.workflow_id, \
-       i.held_by_run_id, NULL::int8, NULL::int8, NULL::int8 \
-FROM UNNEST($1::text[], $2::text[]) AS k(source, key) \
+       i.held_by_run_id, NULL::int8, NULL::int8, NULL::int8, k.scope \
+FROM UNNEST($1::text[], $2::text[], $8::text[]) AS k(source, key, scope) \
 CROSS JOIN LATERAL ( \
     SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id FROM intake \
-    WHERE delivery_id = k.key AND source = k.source LIMIT 1 \
+    WHERE delivery_id = k.key AND source = k.source AND scope = k.scope LIMIT 1 \
 ) AS i \
 UNION ALL \
 SELECT 'message', k.source, k.key, i.id, i.outcome, i.detail, i.run_id, i.workflow_id, \
-       i.held_by_run_id, NULL, NULL, NULL \
+       i.held_by_run_id, NULL, NULL, NULL, NULL \
 FROM UNNEST($3::text[], $4::text[]) AS k(source, key) \
 CROSS JOIN LATERAL ( \
     SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id FROM intake \
@@ -256,14 +256,20 @@ CROSS JOIN LATERAL ( \
 ) AS i \
 UNION ALL \
 SELECT 'lease', tenant_id, target_entity_id, NULL, NULL, NULL, run_id, NULL, NULL, \
-       fencing_token, expires_at, updated_at \
+       fencing_token, expires_at, updated_at, NULL \
 FROM leases";
 
 /// Runs [`LOOK_UP`] for a batch's [`Lookups`]. Lease keys go in sorted, so two replicas lock
 /// shared rows in the same order.
 async fn look_up(conn: &mut PgConnection, lookups: &Lookups<'_>) -> Result<Found, DbErr> {
-    let (delivery_sources, delivery_ids): (Vec<&str>, Vec<&str>) =
-        lookups.deliveries.iter().copied().unzip();
+    let mut delivery_sources = Vec::with_capacity(lookups.deliveries.len());
+    let mut delivery_scopes = Vec::with_capacity(lookups.deliveries.len());
+    let mut delivery_ids = Vec::with_capacity(lookups.deliveries.len());
+    for &(source, scope, id) in &lookups.deliveries {
+        delivery_sources.push(source);
+        delivery_scopes.push(scope);
+        delivery_ids.push(id);
+    }
     let (message_sources, message_keys): (Vec<&str>, Vec<&str>) =
         lookups.messages.iter().copied().unzip();
     let (tenants, entities): (Vec<&str>, Vec<&str>) = lookups
@@ -281,6 +287,7 @@ async fn look_up(conn: &mut PgConnection, lookups: &Lookups<'_>) -> Result<Found
         .bind(tenants)
         .bind(entities)
         .bind(&lookups.flow.gates)
+        .bind(delivery_scopes)
         .fetch_all(&mut *conn)
         .await
         .map_err(db_err)?;
@@ -325,12 +332,12 @@ fn found_row(found: &mut Found, row: &PgRow) -> Result<(), sqlx::Error> {
         row.try_get(7)?,
         row.try_get(8)?,
     );
-    let answers = if kind == "message" {
-        &mut found.claimed
+    if kind == "message" {
+        found.claimed.insert(key, answer);
     } else {
-        &mut found.seen
-    };
-    answers.insert(key, answer);
+        let (source, id) = key;
+        found.seen.insert((source, row.try_get(12)?, id), answer);
+    }
     Ok(())
 }
 
@@ -402,11 +409,12 @@ WITH created AS ( \
 INSERT INTO intake (id, source, delivery_id, outcome, detail, channel, event_type, tenant_id, \
                     target_entity_id, payload, raw_ref, run_id, workflow_id, held_by_run_id, \
                     message_key, config_revision, received_at, decided_at, traceparent, \
-                    tracestate) \
+                    tracestate, scope) \
 SELECT * FROM UNNEST($34::text[], $35::text[], $36::text[], $37::text[], $38::text[], \
                      $39::text[], $40::text[], $41::text[], $42::text[], $43::text[], \
                      $44::text[], $45::text[], $46::text[], $47::text[], $48::text[], \
-                     $49::text[], $50::int8[], $51::int8[], $71::text[], $72::text[])";
+                     $49::text[], $50::int8[], $51::int8[], $71::text[], $72::text[], \
+                     $87::text[])";
 
 /// Active runs whose expired lease another run took over (and their pending dispatches), found
 /// by key alone with the status checked in `SET` (`switchyard_router::by_key`). Rare, so also
@@ -535,6 +543,7 @@ async fn write(
         .bind(take(&mut due, |(id, _)| std::mem::take(id)))
         .bind(take(&mut due, |(_, at)| *at))
         .bind(take(&mut dispatches, |d| d.claimed_by.take()))
+        .bind(take(&mut ledger, |r| std::mem::take(&mut r.scope)))
         .execute(&mut *conn)
         .await
         .map_err(db_err)?;

@@ -18,7 +18,7 @@ use switchyard_router::entities::run::RunStatus;
 use switchyard_router::{ACTIVE, now_millis};
 use tokio::sync::mpsc;
 
-use super::decide::{self, Committed, Decided, Found, Lookups, SourceKey};
+use super::decide::{self, Committed, Decided, DeliveryKey, Found, Lookups, SourceKey};
 use super::flow_store::sqlite as flow_store;
 use super::health::Signals;
 use super::sqlite_checkpoint::{self, Nudge};
@@ -268,8 +268,8 @@ fn commit_batch(
     let lookups = Lookups::needed(deliveries, live);
     let flow = flow_store::look_up(&txn, &lookups.flow, now)?;
     let mut found = Found {
-        seen: first_answers(&txn, BY_DELIVERY, &lookups.deliveries)?,
-        claimed: first_answers(&txn, BY_MESSAGE, &lookups.messages)?,
+        seen: stored_deliveries(&txn, &lookups.deliveries)?,
+        claimed: claimed_messages(&txn, &lookups.messages)?,
         leases: leases(&txn, &lookups.leases)?,
         flow,
     };
@@ -292,43 +292,75 @@ fn commit_batch(
     Ok((committed, held))
 }
 
-const INTAKE_COLUMNS: &str = "id, source, delivery_id, outcome, detail, channel, event_type, \
-     tenant_id, target_entity_id, payload, raw_ref, run_id, workflow_id, held_by_run_id, \
-     message_key, config_revision, received_at, decided_at, traceparent, tracestate";
-const BY_DELIVERY: &str = "delivery_id = ?1 AND source = ?2";
-const BY_MESSAGE: &str = "message_key = ?1 AND source = ?2";
+const INTAKE_COLUMNS: &str = "id, source, delivery_id, scope, outcome, detail, channel, \
+     event_type, tenant_id, target_entity_id, payload, raw_ref, run_id, workflow_id, \
+     held_by_run_id, message_key, config_revision, received_at, decided_at, traceparent, \
+     tracestate";
+/// What a stored answer is read as; `WHERE` one of the unique indexes.
+const ANSWER_COLUMNS: &str = "SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id \
+     FROM intake WHERE ";
 
-/// The answer of the ledger row of each `(source, key)` matching `condition` (one of the
-/// unique indexes): what a later copy is a duplicate of.
-fn first_answers(
+/// The answer of the ledger row of each `(source, scope, delivery_id)`: what a later copy is a
+/// duplicate of.
+fn stored_deliveries(
     txn: &Transaction<'_>,
-    condition: &str,
+    keys: &[(&str, &str, &str)],
+) -> rusqlite::Result<HashMap<DeliveryKey, Answer>> {
+    let mut found = HashMap::new();
+    if keys.is_empty() {
+        return Ok(found);
+    }
+    let mut select = txn.prepare_cached(&format!(
+        "{ANSWER_COLUMNS}delivery_id = ?1 AND source = ?2 AND scope = ?3"
+    ))?;
+    for &(source, scope, id) in keys {
+        if let Some(answer) = select
+            .query(params![id, source, scope])?
+            .next()?
+            .map(answer_of)
+            .transpose()?
+        {
+            found.insert((source.to_owned(), scope.to_owned(), id.to_owned()), answer);
+        }
+    }
+    Ok(found)
+}
+
+/// The answer of the routed ledger row that claimed each `(source, message_key)`.
+fn claimed_messages(
+    txn: &Transaction<'_>,
     keys: &[(&str, &str)],
 ) -> rusqlite::Result<HashMap<SourceKey, Answer>> {
     let mut found = HashMap::new();
     if keys.is_empty() {
         return Ok(found);
     }
-    let mut select = txn.prepare_cached(&format!(
-        "SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id FROM intake \
-         WHERE {condition}"
-    ))?;
+    let mut select =
+        txn.prepare_cached(&format!("{ANSWER_COLUMNS}message_key = ?1 AND source = ?2"))?;
     for &(source, key) in keys {
-        let mut rows = select.query(params![key, source])?;
-        if let Some(row) = rows.next()? {
-            let outcome: String = row.get(1)?;
-            let answer = decide::recorded_answer(
-                row.get(0)?,
-                &outcome,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-            );
+        if let Some(answer) = select
+            .query(params![key, source])?
+            .next()?
+            .map(answer_of)
+            .transpose()?
+        {
             found.insert((source.to_owned(), key.to_owned()), answer);
         }
     }
     Ok(found)
+}
+
+/// A row of [`ANSWER_COLUMNS`] as the answer it gave.
+fn answer_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Answer> {
+    let outcome: String = row.get(1)?;
+    Ok(decide::recorded_answer(
+        row.get(0)?,
+        &outcome,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+    ))
 }
 
 /// The lease rows of `(tenant_id, target_entity_id)` keys that have one.
@@ -491,7 +523,7 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
         &format!(
             "INSERT INTO intake ({INTAKE_COLUMNS}) VALUES \
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-             ?19, ?20)"
+             ?19, ?20, ?21)"
         ),
         &decided.ledger,
         |insert, row| {
@@ -499,6 +531,7 @@ fn write(txn: &Transaction<'_>, decided: &Decided) -> rusqlite::Result<()> {
                 row.id,
                 row.source,
                 row.delivery_id,
+                row.scope,
                 row.outcome,
                 row.detail,
                 row.channel,

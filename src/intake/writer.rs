@@ -13,7 +13,7 @@ use switchyard_router::runs::begin_write;
 use switchyard_router::{lock_leases, now_millis};
 use tokio::sync::mpsc;
 
-use super::decide::{self, Committed, Found, Lookups, SourceKey};
+use super::decide::{self, Committed, Found, Lookups};
 use super::flow_store::orm as flow_store;
 use super::health::Signals;
 use super::postgres_batch;
@@ -193,7 +193,7 @@ pub(super) fn backoff(attempt: u32) -> Duration {
     Duration::from_micros((2_000 << attempt.min(6)) + jitter)
 }
 
-fn answers_of(rows: HashMap<SourceKey, intake::Model>) -> HashMap<SourceKey, Answer> {
+fn answers_of<K: Eq + std::hash::Hash>(rows: HashMap<K, intake::Model>) -> HashMap<K, Answer> {
     rows.into_iter()
         .map(|(key, row)| (key, decide::first_answer(&row)))
         .collect()

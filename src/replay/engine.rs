@@ -185,11 +185,10 @@ pub async fn decide<C: ConnectionTrait>(
     memory: &mut Memory,
     rows: Vec<intake::Model>,
 ) -> Result<Vec<Replayed>, DbErr> {
+    // A row's own bytes are stored under its own id. Its `raw_ref` is never followed: on an
+    // old row a sender may have chosen it, naming bytes that are not the row's own.
     let mut raws: HashMap<String, raw_delivery::Model> = HashMap::new();
-    let wanted: Vec<&str> = rows
-        .iter()
-        .filter_map(|r| r.raw_ref.as_deref()?.strip_prefix("raw:"))
-        .collect();
+    let wanted: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
     for chunk in wanted.chunks(200) {
         for raw in raw_delivery::Entity::find()
             .filter(raw_delivery::Column::Id.is_in(chunk.iter().copied()))
@@ -219,11 +218,7 @@ pub async fn decide<C: ConnectionTrait>(
             tokio::task::yield_now().await;
         }
         let (routing, note) = under.routing_for(db, &row).await?;
-        let raw = row
-            .raw_ref
-            .as_deref()
-            .and_then(|r| r.strip_prefix("raw:"))
-            .and_then(|id| raws.get(id));
+        let raw = raws.get(&row.id);
         let mut normalized = renormalize(&row, raw, &routing.sources);
         // The same bounds intake applies (over-long ids digested, unstorable values invalid).
         normalized.body = crate::intake::Delivery::new(

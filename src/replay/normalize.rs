@@ -48,9 +48,47 @@ impl Renormalized {
     }
 }
 
-/// Normalises `row`'s raw bytes again with `sources` (the settings of the revision replayed
-/// under); falls back to the stored event.
+/// Normalises `row`'s own raw bytes (`raw`, stored under the row's id) again with `sources`
+/// (the settings of the revision replayed under); falls back to the stored event. An event
+/// that comes out for another tenant than the row's is refused (`unauthorized_source`): a
+/// replay acts only for the tenant the delivery was recorded for.
 pub fn renormalize(
+    row: &intake::Model,
+    raw: Option<&raw_delivery::Model>,
+    sources: &[SourceConfig],
+) -> Renormalized {
+    let renormalized = normalize_again(row, raw, sources);
+    let recorded_for = row
+        .tenant_id
+        .as_deref()
+        .or((!row.scope.is_empty()).then_some(row.scope.as_str()));
+    let tenant = renormalized
+        .body
+        .event()
+        .map(|event| event.tenant_id.as_str());
+    match (recorded_for, tenant) {
+        (Some(recorded_for), Some(tenant)) if tenant != recorded_for => {
+            tracing::warn!(
+                intake_id = %row.id,
+                source = %row.source,
+                tenant_id = recorded_for,
+                replayed_tenant_id = tenant,
+                "a replayed delivery came out for another tenant than its own; refused"
+            );
+            Renormalized::refused(
+                Outcome::UnauthorizedSource,
+                format!(
+                    "tenant_mismatch: replayed, the delivery is for tenant `{tenant}`, but it \
+                     was recorded for `{recorded_for}`; a replay acts only for the tenant a \
+                     delivery was recorded for"
+                ),
+            )
+        }
+        _ => renormalized,
+    }
+}
+
+fn normalize_again(
     row: &intake::Model,
     raw: Option<&raw_delivery::Model>,
     sources: &[SourceConfig],
@@ -58,10 +96,7 @@ pub fn renormalize(
     let Some(raw) = raw else {
         return stored(row, "no raw bytes are stored for it (pruned by retention?)");
     };
-    let raw_ref = row
-        .raw_ref
-        .clone()
-        .unwrap_or_else(|| format!("raw:{}", row.id));
+    let raw_ref = format!("raw:{}", row.id);
     let body = raw.body.as_slice();
     let named: Vec<&SourceConfig> = sources.iter().filter(|s| s.name() == row.source).collect();
     let source = match named.as_slice() {
@@ -176,7 +211,12 @@ fn canonical(row: &intake::Model, body: &[u8], raw_ref: &str) -> Renormalized {
             tenant_id: request.tenant_id,
             target_entity_id: request.target_entity_id,
             payload: request.payload,
-            raw_ref: request.raw_ref.unwrap_or_else(|| raw_ref.to_owned()),
+            // A sender's own reference outside Switchyard is kept; one naming stored bytes
+            // (refused at intake since, possible on older rows) never is.
+            raw_ref: request
+                .raw_ref
+                .filter(|r| !r.starts_with("raw:"))
+                .unwrap_or_else(|| raw_ref.to_owned()),
         })),
         Err(_) => stored(row, "the stored body is not a canonical event"),
     }

@@ -323,7 +323,8 @@ impl Replayer {
                 r.original.source.clone(),
                 replay_delivery_id(replay_id, &r.original.delivery_id),
                 body,
-            );
+            )
+            .scoped_to(&r.original.scope);
             delivery.message_key = r
                 .message_key
                 .as_ref()

@@ -65,15 +65,24 @@ pub async fn list<C: ConnectionTrait>(
     query.all(db).await
 }
 
-/// The first ledger row of each `(source, delivery_id)` already recorded.
+/// The ledger row of each `(source, scope, delivery_id)` already recorded (rows of the same
+/// id in other scopes come back too, under their own keys).
 pub async fn existing_deliveries<C: ConnectionTrait>(
     db: &C,
-    keys: &[(&str, &str)],
-) -> Result<HashMap<(String, String), intake::Model>, DbErr> {
-    let rows = rows_matching(db, intake::Column::DeliveryId, keys).await?;
+    keys: &[(&str, &str, &str)],
+) -> Result<HashMap<(String, String, String), intake::Model>, DbErr> {
+    let pairs: Vec<(&str, &str)> = keys.iter().map(|&(source, _, id)| (source, id)).collect();
+    let rows = rows_matching(db, intake::Column::DeliveryId, &pairs).await?;
     Ok(rows
         .into_iter()
-        .map(|row| ((row.source.clone(), row.delivery_id.clone()), row))
+        .map(|row| {
+            let key = (
+                row.source.clone(),
+                row.scope.clone(),
+                row.delivery_id.clone(),
+            );
+            (key, row)
+        })
         .collect())
 }
 

@@ -1,12 +1,13 @@
 //! Resuming a wait: one authenticated delivery, one ledger row, one named outcome, decided in a
 //! transaction of its own that writes the ledger row together with the resume's effects.
 //!
-//! Checks, in order: a copy of a recorded delivery (`source`, `delivery_id`) gets the first
+//! Checks, in order: a copy of a recorded delivery (`source`, `scope`, `delivery_id`) gets the first
 //! copy's answer (`duplicate`, nothing new recorded); the token must name a wait of this tenant
 //! whose run is still active (`no_wait_match`); a wait already resumed makes this a copy of an
 //! applied resume (`duplicate`); a wait past its deadline or timed out (`wait_expired`); the
-//! proposal digest must be the wait's (`reapproval_required`); the actor must be among the
-//! workflow's `approvers` (`unauthorized_source`); the run's principal must still be allowed to
+//! proposal digest must be the wait's (`reapproval_required`); the actor must be the caller
+//! where the channel does not attest it (`ResumeClaim::caller`), and among the workflow's
+//! `approvers` (`unauthorized_source`); the run's principal must still be allowed to
 //! act (`authority_unavailable`, detail `authority_revoked: ...`); only then `resumed`. Only `resumed` changes
 //! anything beyond the ledger row, and it ends the wait with a conditional update.
 
@@ -34,18 +35,24 @@ pub struct ResumeClaim {
     pub proposal_digest: Option<String>,
     pub decision: String,
     pub actor: Option<String>,
+    /// Who sent the resume, where the channel itself does not say who decided (a token's
+    /// name on the API and canonical events; a token's or the source's name on CloudEvents):
+    /// the actor must be the caller (DESIGN.md promise 9). `None` where the channel attests
+    /// the actor (a Slack button: Slack signs the user who clicked).
+    pub caller: Option<String>,
 }
 
 impl ResumeClaim {
     /// The `resume` object of a payload (`{token, proposal_digest, decision, actor}`), if the
-    /// payload has one: `Some(Err(detail))` when it is malformed.
-    pub fn in_payload(resume: Option<&Value>) -> Option<Result<Self, String>> {
+    /// payload has one, sent by `caller`: `Some(Err(detail))` when it is malformed. `actor`
+    /// may be left out: it is the caller.
+    pub fn in_payload(resume: Option<&Value>, caller: &str) -> Option<Result<Self, String>> {
         let resume = resume?;
-        Some(Self::from_object(resume, "resume."))
+        Some(Self::from_object(resume, "resume.", caller))
     }
 
-    /// Reads the four fields of `value`, naming a missing or mistyped one as `{prefix}{field}`.
-    pub fn from_object(value: &Value, prefix: &str) -> Result<Self, String> {
+    /// Reads the fields of `value`, naming a missing or mistyped one as `{prefix}{field}`.
+    fn from_object(value: &Value, prefix: &str, caller: &str) -> Result<Self, String> {
         let Some(object) = value.as_object() else {
             return Err(format!(
                 "`{}` must be an object",
@@ -64,7 +71,11 @@ impl ResumeClaim {
             token: text("token")?,
             proposal_digest: Some(text("proposal_digest")?),
             decision: text("decision")?,
-            actor: Some(text("actor")?),
+            actor: Some(match object.get("actor") {
+                None => caller.to_owned(),
+                Some(_) => text("actor")?,
+            }),
+            caller: Some(caller.to_owned()),
         };
         super::open::check_id(&format!("{prefix}decision"), &claim.decision)?;
         if let Some(actor) = &claim.actor {
@@ -155,6 +166,7 @@ async fn attempt(
     if let Some(first) = intake::Entity::find()
         .filter(intake::Column::DeliveryId.eq(delivery.delivery_id.as_str()))
         .filter(intake::Column::Source.eq(delivery.source.as_str()))
+        .filter(intake::Column::Scope.eq(delivery.scope.as_str()))
         .one(&txn)
         .await?
     {
@@ -322,12 +334,26 @@ fn judge(
     if let Some(digest) = &claim.proposal_digest
         && digest != &wait.proposal_digest
     {
+        // The detail never names the expected digest: a caller holding a token could
+        // otherwise learn it and approve a proposal it was never shown.
         return verdict(
             Outcome::ReapprovalRequired,
             format!(
-                "wait {} of run {} is for proposal {} with digest {}, not {digest}: the proposal \
-                 changed after it was shown",
-                wait.wait_id, run.id, wait.proposal_id, wait.proposal_digest
+                "wait {} of run {} is for another version of proposal {} than digest {digest}: \
+                 the proposal changed after it was shown",
+                wait.wait_id, run.id, wait.proposal_id
+            ),
+        );
+    }
+    if let Some(caller) = &claim.caller
+        && claim.actor.as_ref() != Some(caller)
+    {
+        return verdict(
+            Outcome::UnauthorizedSource,
+            format!(
+                "actor {} is not the caller `{caller}`: a resume sent with a token (or by a \
+                 CloudEvents source) decides as that token (or source), never for someone else",
+                claim.actor.as_deref().unwrap_or("(none)"),
             ),
         );
     }
@@ -391,6 +417,7 @@ fn ledger_row(
         id: delivery.intake_id.to_string(),
         source: delivery.source.clone(),
         delivery_id: delivery.delivery_id.clone(),
+        scope: delivery.scope.clone(),
         outcome: verdict.outcome.as_str().to_owned(),
         detail: Some(verdict.detail.clone()),
         channel: Some(event.channel.as_str().to_owned()),

@@ -304,10 +304,20 @@ impl Daemon {
 
     /// `POST /v1/events` with the token and an idempotency key.
     pub async fn post_event(&self, key: &str, event: &Value) -> (StatusCode, Value) {
+        self.post_event_as(TOKEN, key, event).await
+    }
+
+    /// `POST /v1/events` with the token `secret` and an idempotency key.
+    pub async fn post_event_as(
+        &self,
+        secret: &str,
+        key: &str,
+        event: &Value,
+    ) -> (StatusCode, Value) {
         let response = self
             .client
             .post(self.url("/v1/events"))
-            .bearer_auth(TOKEN)
+            .bearer_auth(secret)
             .header("Idempotency-Key", key)
             .json(event)
             .send()

@@ -30,6 +30,36 @@ const SLACK_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 const SLACK_TEAM: &str = "T9CREDIT";
 const MANAGER: &str = "U0MANAGER";
 
+/// The tokens resumes are sent with: on the API, canonical events and CloudEvents a resume
+/// decides as the token that sent it, so each actor of these tests is a token of its own name.
+const ACTORS: [(&str, &str, &str); 3] = [
+    ("alice", "WAITS_ALICE_TOKEN", "alice-token-0123456789"),
+    ("mallory", "WAITS_MALLORY_TOKEN", "mallory-token-0123456789"),
+    (MANAGER, "WAITS_MANAGER_TOKEN", "manager-token-0123456789"),
+];
+
+/// The secret of the token named `actor`.
+fn token_of(actor: &str) -> &'static str {
+    ACTORS
+        .iter()
+        .find(|(name, ..)| *name == actor)
+        .map(|(.., secret)| *secret)
+        .unwrap_or_else(|| panic!("no token for actor {actor}"))
+}
+
+/// `[[token]]`s for [`ACTORS`]: tenant `acme`, `events:write`.
+fn actor_tokens() -> String {
+    ACTORS
+        .iter()
+        .map(|(name, env, _)| {
+            format!(
+                "\n[[token]]\nname = \"{name}\"\nsecret_env = \"{env}\"\n\
+                 scopes = [\"events:write\"]\ntenants = [\"acme\"]\n"
+            )
+        })
+        .collect()
+}
+
 fn digest(proposal: &str) -> String {
     use sha2::Digest as _;
     format!(
@@ -230,7 +260,7 @@ impl Setup {
     /// The harness's config with a generous `intake_timeout`: on a loaded machine a sender may
     /// otherwise see 503s (retry later), which is right but not what these tests are about.
     fn config(&self) -> String {
-        config(&self.db, &setup(&self.worker.url)).replacen(
+        config(&self.db, &(setup(&self.worker.url) + &actor_tokens())).replacen(
             "[server]\n",
             "[server]\nintake_timeout = \"30s\"\n",
             1,
@@ -248,6 +278,9 @@ impl Setup {
             &[
                 (WORKER_SECRET_ENV, &self.secret),
                 ("WAITS_SLACK_SECRET", SLACK_SECRET),
+                (ACTORS[0].1, ACTORS[0].2),
+                (ACTORS[1].1, ACTORS[1].2),
+                (ACTORS[2].1, ACTORS[2].2),
             ],
         )
         .await
@@ -333,7 +366,7 @@ async fn resume(
     let response = daemon
         .client()
         .post(daemon.url("/v1/waits/resume"))
-        .bearer_auth(super::harness::TOKEN)
+        .bearer_auth(token_of(actor))
         .header("Idempotency-Key", key)
         .json(&json!({
             "tenant_id": "acme", "token": token, "proposal_digest": proposal_digest,
@@ -632,7 +665,8 @@ async fn the_approval_for_p17_resumes_exactly_the_p17_run() {
 
         // A canonical event carrying the approval for P-22 resumes P-22.
         let (status, via_event) = daemon
-            .post_event(
+            .post_event_as(
+                token_of(MANAGER),
                 &unique("evt"),
                 &json!({
                 "channel": "chat", "event_type": "approval.given", "tenant_id": "acme",
@@ -853,7 +887,7 @@ async fn pull_workers_claim_the_resume_and_cloudevents_carry_approvals() {
         let response = daemon
             .client()
             .post(daemon.url("/v1/ingest/cloudevents/bus"))
-            .bearer_auth(super::harness::TOKEN)
+            .bearer_auth(token_of("alice"))
             .header("Content-Type", "application/cloudevents+json")
             .body(cloudevent.to_string())
             .send()

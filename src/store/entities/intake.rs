@@ -9,6 +9,9 @@ pub struct Model {
     pub id: String,
     pub source: String,
     pub delivery_id: String,
+    /// With `source` and `delivery_id`, the delivery's identity: the caller's tenant where
+    /// callers of several tenants share a source and choose the id (`api`), else empty.
+    pub scope: String,
     pub outcome: String,
     pub detail: Option<String>,
     pub channel: Option<String>,
