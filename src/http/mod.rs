@@ -118,7 +118,7 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
             oversize::refuse_declared_oversize(request, next, body_limit, body_read_timeout)
         }))
         .layer(axum::middleware::from_fn_with_state(
-            auth::FailureThrottle::shared(),
+            auth::FailureThrottle::new(state.live.clone()),
             auth::throttle_failures,
         ))
         .with_state(state)

@@ -51,7 +51,7 @@ fn log_lines(daemon: &Daemon, message: &str) -> Vec<Value> {
 #[tokio::test]
 async fn a_brute_force_from_one_address_is_throttled_and_other_addresses_are_not() {
     let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
-    let daemon = Daemon::start(&db, &config(&db, ""), &[]).await;
+    let daemon = Daemon::start(&db, &config(&db, INTERNAL_CLOUDEVENTS), &[]).await;
     let attacker = client_from([127, 0, 0, 1]);
     let victim = client_from([127, 0, 0, 2]);
     let guess = "guessed-token-0000";
@@ -117,6 +117,27 @@ async fn a_brute_force_from_one_address_is_throttled_and_other_addresses_are_not
     let wrong = get_runs(&daemon, &victim, guess).await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
 
+    // Guessing through the CloudEvents endpoint's token path counts the same.
+    let third = client_from([127, 0, 0, 3]);
+    let cloudevent = |token: &'static str| {
+        third
+            .post(daemon.url("/v1/ingest/cloudevents/internal"))
+            .bearer_auth(token)
+            .header(CONTENT_TYPE, "application/cloudevents+json")
+            .body(
+                json!({"specversion": "1.0", "id": unique("ce"), "source": "/s",
+                       "type": "t", "subject": "e"})
+                .to_string(),
+            )
+            .send()
+    };
+    for n in 0..FAILURE_LIMIT {
+        let answer = cloudevent("guessed-token-0000").await.expect("POST");
+        assert_eq!(answer.status(), StatusCode::UNAUTHORIZED, "guess {n}");
+    }
+    let refused = cloudevent(TOKEN).await.expect("POST");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+
     // Each failure is a WARN naming the address and the route, never the guess.
     assert!(
         daemon
@@ -136,17 +157,20 @@ async fn a_brute_force_from_one_address_is_throttled_and_other_addresses_are_not
         failures.iter().all(|l| l["level"] == "WARN"),
         "{failures:?}"
     );
-    assert_eq!(
-        log_lines(
-            &daemon,
-            "too many refused tokens from one address: refusing its tokens unread for a while"
-        )
-        .len(),
-        1
-    );
+    let blocks: Vec<Value> = log_lines(
+        &daemon,
+        "too many refused tokens from one address: refusing its tokens unread for a while",
+    )
+    .iter()
+    .map(|l| l["fields"]["client"].clone())
+    .collect();
+    assert_eq!(blocks, [json!("127.0.0.1"), json!("127.0.0.3")]);
     assert!(!daemon.logs().contains(guess), "a guess reached the log");
     daemon.stop();
 }
+
+/// A CloudEvents source that admits only tokens.
+const INTERNAL_CLOUDEVENTS: &str = "[[source]]\nkind = \"cloudevents\"\nname = \"internal\"\ntenant = \"acme\"\nchannel = \"chat\"\n";
 
 /// Writes `text` to a config file in a temp dir and runs `switchyard check` on it.
 fn check(text: &str, env: &[(&str, &str)]) -> (bool, String) {
@@ -493,9 +517,7 @@ fn check_warns_when_two_tenants_sources_share_a_signing_secret() {
 #[tokio::test]
 async fn raw_bytes_are_served_as_an_attachment_the_browser_may_not_sniff() {
     let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
-    let setup = "[[source]]\nkind = \"cloudevents\"\nname = \"internal\"\ntenant = \"acme\"\n\
-                 channel = \"chat\"\n";
-    let daemon = Daemon::start(&db, &config(&db, setup), &[]).await;
+    let daemon = Daemon::start(&db, &config(&db, INTERNAL_CLOUDEVENTS), &[]).await;
     let html = "<html><script>alert(document.cookie)</script></html>";
     let (status, answer) = read(
         daemon

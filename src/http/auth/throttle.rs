@@ -1,6 +1,8 @@
 //! Failed attempts to present a secret, counted per client address: a bearer token on a route
 //! that checks one (`/v1/*` except the signed Zendesk and Slack endpoints, `/metrics`,
-//! `/readyz`) or a console login. Past [`FAILURE_LIMIT`] failures within [`FAILURE_WINDOW`]
+//! `/readyz`) answered 401 because it is no configured token (a configured token refused for
+//! another reason, such as a resume by someone who is not an approver, is no failure here), or
+//! a console login answered 401. Past [`FAILURE_LIMIT`] failures within [`FAILURE_WINDOW`]
 //! the address is answered 429 `too_many_auth_failures` with `Retry-After` for [`BLOCK`],
 //! before any secret it presents is compared. Each failure is logged at WARN with the address
 //! and the route, never with what was presented.
@@ -18,7 +20,9 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::Principal;
 use crate::http::ApiError;
+use crate::live::LiveConfig;
 
 /// Failures from one address that start a block.
 pub const FAILURE_LIMIT: u32 = 10;
@@ -48,13 +52,26 @@ impl Failures {
 
 /// The failure table of one server (in memory: each replica counts its own clients).
 #[derive(Debug, Default)]
-pub struct FailureThrottle(Mutex<HashMap<IpAddr, Failures>>);
+struct FailureTable(Mutex<HashMap<IpAddr, Failures>>);
+
+/// The middleware's state: the table, and the tokens in force (to tell a wrong token from a
+/// right one refused for another reason).
+#[derive(Debug, Clone)]
+pub struct FailureThrottle {
+    table: Arc<FailureTable>,
+    live: LiveConfig,
+}
 
 impl FailureThrottle {
-    pub fn shared() -> Arc<Self> {
-        Arc::default()
+    pub fn new(live: LiveConfig) -> Self {
+        Self {
+            table: Arc::default(),
+            live,
+        }
     }
+}
 
+impl FailureTable {
     /// How long `client` is still blocked, if it is.
     fn blocked_for(&self, client: IpAddr, now: Instant) -> Option<Duration> {
         let table = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -119,53 +136,73 @@ fn client_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Whether the request presents a secret that a route behind this layer compares with the
-/// configured tokens. The signed Zendesk and Slack endpoints check signatures, not tokens,
-/// and their senders' shared egress addresses must never be blocked by someone else's
-/// failures.
-fn presents_secret(request: &Request) -> bool {
-    let path = request.uri().path();
-    if path == "/ui/login" {
-        return request.method() == Method::POST;
-    }
-    let signed_ingest =
-        path.starts_with("/v1/ingest/webhook/") || path.starts_with("/v1/ingest/slack/");
-    let checks_tokens =
-        (path.starts_with("/v1/") && !signed_ingest) || path == "/metrics" || path == "/readyz";
-    checks_tokens
-        && request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(super::bearer_token)
-            .is_some()
+/// A secret a request presents to a route behind this layer that compares it with the
+/// configured tokens.
+#[derive(Debug)]
+enum Presented {
+    /// The console's login form (its token is in the body, read by the handler).
+    Login,
+    /// An `Authorization: Bearer` header, kept to tell a wrong token from a right one.
+    Bearer(HeaderValue),
 }
 
-/// The middleware: refuses a blocked address's secrets unread, and counts every 401 answer to
-/// a request that presented one. The client address comes from the connection
-/// (`ConnectInfo`); without one (a router called in process) every request counts as one
-/// client.
+impl Presented {
+    /// What `request` presents, if anything. The signed Zendesk and Slack endpoints check
+    /// signatures, not tokens, and their senders' shared egress addresses must never be blocked
+    /// by someone else's failures.
+    fn of(request: &Request) -> Option<Self> {
+        let path = request.uri().path();
+        if path == "/ui/login" {
+            return (request.method() == Method::POST).then_some(Presented::Login);
+        }
+        let signed_ingest =
+            path.starts_with("/v1/ingest/webhook/") || path.starts_with("/v1/ingest/slack/");
+        let checks_tokens =
+            (path.starts_with("/v1/") && !signed_ingest) || path == "/metrics" || path == "/readyz";
+        let value = request.headers().get(header::AUTHORIZATION)?;
+        (checks_tokens && value.to_str().ok().and_then(super::bearer_token).is_some())
+            .then(|| Presented::Bearer(value.clone()))
+    }
+
+    /// Whether a 401 answer to this request refused its secret: a login's 401 always does; a
+    /// bearer token's only when it is no configured token (compared only after a 401, so the
+    /// requests that pass pay nothing for it).
+    fn refused(&self, live: &LiveConfig) -> bool {
+        match self {
+            Presented::Login => true,
+            Presented::Bearer(value) => value
+                .to_str()
+                .ok()
+                .and_then(super::bearer_token)
+                .is_none_or(|token| Principal::authenticate(&live.current(), token).is_none()),
+        }
+    }
+}
+
+/// The middleware: refuses a blocked address's secrets unread, and counts every refused one.
+/// The client address comes from the connection (`ConnectInfo`); without one (a router called
+/// in process) every request counts as one client.
 pub async fn guard(
-    State(throttle): State<Arc<FailureThrottle>>,
+    State(throttle): State<FailureThrottle>,
     request: Request,
     next: Next,
 ) -> Response {
-    if !presents_secret(&request) {
+    let Some(presented) = Presented::of(&request) else {
         return next.run(request).await;
-    }
+    };
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(addr)| addr.ip());
     let client = client_key(peer.unwrap_or(IpAddr::from([0, 0, 0, 0])));
-    if let Some(left) = throttle.blocked_for(client, Instant::now()) {
+    if let Some(left) = throttle.table.blocked_for(client, Instant::now()) {
         return too_many(request.uri().path(), left);
     }
     let method = request.method().clone();
     let route = request.uri().path().to_owned();
     let response = next.run(request).await;
-    if response.status() == StatusCode::UNAUTHORIZED {
-        let (failures, blocked) = throttle.fail(client, Instant::now());
+    if response.status() == StatusCode::UNAUTHORIZED && presented.refused(&throttle.live) {
+        let (failures, blocked) = throttle.table.fail(client, Instant::now());
         let client = peer.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
         tracing::warn!(
             %client,
@@ -217,7 +254,7 @@ mod tests {
 
     #[test]
     fn an_address_is_blocked_at_the_limit_and_others_are_not() {
-        let throttle = FailureThrottle::default();
+        let throttle = FailureTable::default();
         let now = Instant::now();
         let attacker = IpAddr::from([10, 0, 0, 1]);
         for n in 1..FAILURE_LIMIT {
@@ -235,7 +272,7 @@ mod tests {
 
     #[test]
     fn failures_outside_the_window_do_not_add_up() {
-        let throttle = FailureThrottle::default();
+        let throttle = FailureTable::default();
         let now = Instant::now();
         let client = IpAddr::from([10, 0, 0, 1]);
         for _ in 1..FAILURE_LIMIT {
@@ -246,7 +283,7 @@ mod tests {
 
     #[test]
     fn a_flood_of_addresses_keeps_the_table_bounded() {
-        let throttle = FailureThrottle::default();
+        let throttle = FailureTable::default();
         let now = Instant::now();
         let blocked = IpAddr::from([192, 0, 2, 1]);
         for _ in 0..FAILURE_LIMIT {
@@ -304,10 +341,33 @@ mod tests {
             (Method::GET, "/ui/login", false, false),
         ] {
             assert_eq!(
-                presents_secret(&request(method.clone(), path, bearer)),
+                Presented::of(&request(method.clone(), path, bearer)).is_some(),
                 expected,
                 "{method} {path} bearer={bearer}"
             );
         }
+    }
+
+    #[test]
+    fn a_401_counts_only_for_a_token_that_is_not_configured() {
+        let loaded = crate::config::LoadedConfig::parse(
+            "",
+            std::path::Path::new("/etc/switchyard/switchyard.toml"),
+            std::path::PathBuf::from("/etc/switchyard"),
+        )
+        .expect("an empty config parses");
+        let env = |name: &str| {
+            (name == "SWITCHYARD_API_TOKEN").then(|| "the-right-admin-token".to_owned())
+        };
+        let settings = crate::config::Settings::resolve(loaded, &env).expect("resolves");
+        let live = LiveConfig::new(crate::live::Live::new(settings));
+        let bearer = |token: &str| {
+            Presented::Bearer(HeaderValue::from_str(&format!("Bearer {token}")).expect("header"))
+        };
+        assert!(bearer("a-wrong-token-guess").refused(&live));
+        // A right token answered 401 for another reason (a resume by a non-approver) is no
+        // failure of the token.
+        assert!(!bearer("the-right-admin-token").refused(&live));
+        assert!(Presented::Login.refused(&live));
     }
 }
