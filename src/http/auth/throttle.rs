@@ -198,8 +198,9 @@ pub async fn guard(
     if let Some(left) = throttle.table.blocked_for(client, Instant::now()) {
         return too_many(request.uri().path(), left);
     }
+    // Both share the request's buffers: nothing is copied unless a failure is logged.
     let method = request.method().clone();
-    let route = request.uri().path().to_owned();
+    let uri = request.uri().clone();
     let response = next.run(request).await;
     if response.status() == StatusCode::UNAUTHORIZED && presented.refused(&throttle.live) {
         let (failures, blocked) = throttle.table.fail(client, Instant::now());
@@ -207,7 +208,7 @@ pub async fn guard(
         tracing::warn!(
             %client,
             %method,
-            %route,
+            route = uri.path(),
             failures,
             "a presented token was refused"
         );
@@ -223,17 +224,18 @@ pub async fn guard(
     response
 }
 
-/// 429 with `Retry-After`: an HTML page for the console's login form, JSON elsewhere.
+/// 429 with `Retry-After`: plain text for the console's login form (a person reads it), JSON
+/// elsewhere.
 fn too_many(path: &str, left: Duration) -> Response {
     let secs = left.as_secs().max(1);
     let detail =
         format!("too many failed authentication attempts from this address; retry after {secs} s");
     let mut response = if path == "/ui/login" {
-        crate::console::ConsoleError::new(
+        (
             StatusCode::TOO_MANY_REQUESTS,
-            &format!("Too many failed logins from your address; try again in {secs} seconds."),
+            format!("Too many failed logins from your address; try again in {secs} seconds.\n"),
         )
-        .into_response()
+            .into_response()
     } else {
         ApiError::Refused {
             status: StatusCode::TOO_MANY_REQUESTS,
