@@ -77,8 +77,8 @@ pub async fn serve(
             () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(error) => {
                 // Out of file descriptors, most likely: back off instead of spinning.
                 tracing::warn!(%error, "cannot accept a connection");
@@ -105,8 +105,15 @@ pub async fn serve(
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
         }
-        let connection =
-            graceful.watch(http.serve_connection(TokioIo::new(stream), service.clone()));
+        // Handlers see the client's address as axum's `ConnectInfo`.
+        let service = service.clone();
+        let service = hyper::service::service_fn(move |mut request| {
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            hyper::service::Service::call(&service, request)
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");

@@ -29,6 +29,7 @@ mod e2e {
     mod replay;
     mod retention;
     mod revisions;
+    mod security_access;
     mod security_tenants;
     mod shadow;
     mod slack;

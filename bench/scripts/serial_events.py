@@ -7,7 +7,7 @@ routed = 0
 for i in range(n):
     body = json.dumps({"channel": "webhook", "event_type": "ticket.created", "tenant_id": "acme",
                        "target_entity_id": f"{tag}-{i}", "payload": {"subject": "Printer on fire"}})
-    c.request("POST", "/v1/events", body, {"Authorization": "Bearer t", "Idempotency-Key": f"{tag}-{i}",
+    c.request("POST", "/v1/events", body, {"Authorization": "Bearer callgrind-token-0001", "Idempotency-Key": f"{tag}-{i}",
                                             "Content-Type": "application/json"})
     r = c.getresponse(); data = r.read()
     if json.loads(data)["outcome"] == "routed": routed += 1

@@ -8,8 +8,9 @@ use anyhow::{Context, bail};
 
 use crate::args::BenchArgs;
 
-/// Bearer token for `/v1/events` (passed in `BENCH_API_TOKEN`).
-pub const API_TOKEN: &str = "bench-token";
+/// Bearer token for `/v1/events` and `/readyz`'s detail (passed in `BENCH_API_TOKEN`; at least
+/// 16 bytes, or the daemon refuses it).
+pub const API_TOKEN: &str = "bench-api-token-0001";
 /// Signing secret of the webhook source (passed in `BENCH_ZENDESK_SECRET`).
 pub const WEBHOOK_SECRET: &str = "bench-zendesk-signing-secret";
 /// Environment variable of the http dispatch target's signing secret.

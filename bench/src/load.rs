@@ -235,14 +235,18 @@ pub async fn get_status(addr: SocketAddr, path: &str) -> Option<u16> {
     get(addr, path).await.map(|(status, _)| status)
 }
 
-/// `GET path` on a fresh connection: the status and the body, or `None` when the server
-/// cannot be reached.
+/// `GET path` with the bench's token on a fresh connection (`/readyz` shows its detail only to
+/// a token): the status and the body, or `None` when the server cannot be reached.
 pub async fn get(addr: SocketAddr, path: &str) -> Option<(u16, Bytes)> {
     let stream = TcpStream::connect(addr).await.ok()?;
     let (mut sender, connection) = http1::handshake(TokioIo::new(stream)).await.ok()?;
     tokio::spawn(connection);
     let request = Request::get(path)
         .header(hyper::header::HOST, addr.to_string())
+        .header(
+            hyper::header::AUTHORIZATION,
+            format!("Bearer {}", crate::config::API_TOKEN),
+        )
         .body(Empty::<Bytes>::new())
         .ok()?;
     let response = sender.send_request(request).await.ok()?;

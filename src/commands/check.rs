@@ -123,6 +123,7 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
                 .push(format!("{error}: `serve` would refuse to start"));
         }
     }
+    report.warnings.extend(shared_signing_secrets(config, env));
     let ledger = config.retention.ledger;
     for source in &config.sources {
         if let Some((window, sender)) = retry_window(source)
@@ -170,6 +171,60 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
         }
     }
     report
+}
+
+/// Sources of different tenants that verify signatures with one secret: a request signed for
+/// one is accepted at the other, so whoever signs for one tenant can send the other's events.
+/// A warning, not an error: one sender may serve both tenants on purpose (then it holds the
+/// secret either way). Names the sources and tenants, never the secret.
+fn shared_signing_secrets(
+    config: &crate::config::Config,
+    env: crate::config::EnvLookup<'_>,
+) -> Vec<String> {
+    let signed: Vec<(&SourceConfig, Vec<&str>, String)> = config
+        .sources
+        .iter()
+        .filter_map(|source| {
+            let var = match source {
+                SourceConfig::Webhook(c) => c.signing_secret_env.as_deref(),
+                SourceConfig::Slack(c) => Some(c.signing_secret_env.as_str()),
+                SourceConfig::CloudEvents(c) => c.signing_secret_env.as_deref(),
+                SourceConfig::Email(_) => None,
+            }?;
+            let secret = env(var)?.trim().to_owned();
+            let mut tenants = source.tenants();
+            tenants.sort_unstable();
+            tenants.dedup();
+            Some((source, tenants, secret))
+        })
+        .collect();
+    let mut warnings = Vec::new();
+    for (i, (a, a_tenants, a_secret)) in signed.iter().enumerate() {
+        for (b, b_tenants, b_secret) in &signed[i + 1..] {
+            if a_secret == b_secret && a_tenants != b_tenants {
+                warnings.push(format!(
+                    "{} source `{}` ({}) and {} source `{}` ({}) verify signatures \
+                     with the same secret: a request signed for one is accepted at the other, so \
+                     whoever signs for one tenant can send events as the other; give each source \
+                     its own secret",
+                    a.kind(),
+                    a.name(),
+                    tenants_phrase(a_tenants),
+                    b.kind(),
+                    b.name(),
+                    tenants_phrase(b_tenants),
+                ));
+            }
+        }
+    }
+    warnings
+}
+
+/// `tenant `acme`` or `tenants `acme`, `globex``.
+fn tenants_phrase(tenants: &[&str]) -> String {
+    let names: Vec<String> = tenants.iter().map(|t| format!("`{t}`")).collect();
+    let plural = if names.len() == 1 { "" } else { "s" };
+    format!("tenant{plural} {}", names.join(", "))
 }
 
 /// How long the sender behind a source keeps redelivering a delivery it saw fail, and what to

@@ -384,8 +384,10 @@ fn target_secrets_fail_closed_and_must_be_standard_webhooks_keys() {
         unset.to_string().contains("`WORKER_SECRET` is not set"),
         "{unset}"
     );
-    let not_whsec = |name: &str| {
-        (name == "SWITCHYARD_API_TOKEN" || name == "WORKER_SECRET").then(|| "hunter2".to_owned())
+    let not_whsec = |name: &str| match name {
+        "SWITCHYARD_API_TOKEN" => Some("value-of-SWITCHYARD_API_TOKEN".to_owned()),
+        "WORKER_SECRET" => Some("hunter2".to_owned()),
+        _ => None,
     };
     let bad = Settings::resolve(parse(text).expect("parses"), &not_whsec).expect_err("bad key");
     assert!(
@@ -394,7 +396,7 @@ fn target_secrets_fail_closed_and_must_be_standard_webhooks_keys() {
     );
     let good = |name: &str| match name {
         "WORKER_SECRET" => Some("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".to_owned()),
-        "SWITCHYARD_API_TOKEN" => Some("t".to_owned()),
+        "SWITCHYARD_API_TOKEN" => Some("value-of-SWITCHYARD_API_TOKEN".to_owned()),
         _ => None,
     };
     let settings = Settings::resolve(parse(text).expect("parses"), &good).expect("resolves");
@@ -425,7 +427,7 @@ fn token_typos_are_errors_naming_the_key_and_line() {
     )
     .expect("parses");
     let with_ops = |name: &str| match name {
-        "OPS" => Some("ops-secret".to_owned()),
+        "OPS" => Some("ops-token-secret-1".to_owned()),
         other => env(other),
     };
     let settings = Settings::resolve(loaded.clone(), &with_ops).expect("resolves");

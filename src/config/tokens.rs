@@ -101,6 +101,21 @@ impl fmt::Debug for ResolvedToken {
 /// The name of the all-scopes token of `server.api_token_env`.
 pub const API_TOKEN_NAME: &str = "api_token";
 
+/// The shortest secret a token may have, in bytes: shorter ones can be guessed (`openssl rand
+/// -hex 32` makes a good one).
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// The refusal of a secret shorter than [`MIN_SECRET_BYTES`], naming the token, never the
+/// secret or its length.
+fn too_short(token: &str, secret: &str) -> Option<String> {
+    (secret.len() < MIN_SECRET_BYTES).then(|| {
+        format!(
+            "{token} is shorter than {MIN_SECRET_BYTES} bytes: a token must be at least \
+             {MIN_SECRET_BYTES} bytes to be secret (make one with `openssl rand -hex 32`)"
+        )
+    })
+}
+
 /// Problems with the tokens' shape (no secrets needed): duplicate names, empty scopes or
 /// tenant lists.
 pub fn problems(tokens: &[TokenConfig]) -> Vec<String> {
@@ -139,14 +154,19 @@ pub fn problems(tokens: &[TokenConfig]) -> Vec<String> {
     problems
 }
 
-/// Looks up every token's secret; an unset variable or a secret used twice (also with the API
-/// token) is an error naming the tokens, never the secret.
+/// Looks up every token's secret; an unset variable, a secret shorter than
+/// [`MIN_SECRET_BYTES`] (also the API token's) or a secret used twice (also with the API token)
+/// is an error naming the tokens, never the secret.
 pub fn resolve(
     tokens: &[TokenConfig],
     api_token: &str,
     env: EnvLookup<'_>,
 ) -> Result<Vec<ResolvedToken>, Vec<String>> {
     let mut problems = Vec::new();
+    problems.extend(too_short(
+        &format!("the admin token (server.api_token_env, `{API_TOKEN_NAME}`)"),
+        api_token,
+    ));
     let mut resolved: Vec<ResolvedToken> = Vec::new();
     for token in tokens {
         let Some(secret) = env(&token.secret_env) else {
@@ -156,6 +176,10 @@ pub fn resolve(
             ));
             continue;
         };
+        problems.extend(too_short(
+            &format!("token `{}` (secret_env `{}`)", token.name, token.secret_env),
+            &secret,
+        ));
         if secret == api_token {
             problems.push(format!(
                 "token `{}` has the same secret as server.api_token_env: every token needs its own",
@@ -255,5 +279,30 @@ mod tests {
             !text.contains("same-secret") && !text.contains("api-secret"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn secrets_shorter_than_the_minimum_are_refused_naming_the_token() {
+        let env = |name: &str| match name {
+            "SHORT" => Some("x".to_owned()),
+            "LONG" => Some("a-long-enough-secret".to_owned()),
+            _ => None,
+        };
+        let tokens = [
+            token("short", "SHORT", &[Scope::Read]),
+            token("long", "LONG", &[Scope::Read]),
+        ];
+        let text = resolve(&tokens, "t", &env).expect_err("refused").join("\n");
+        assert!(
+            text.contains("token `short` (secret_env `SHORT`) is shorter than 16 bytes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("the admin token (server.api_token_env, `api_token`) is shorter"),
+            "{text}"
+        );
+        assert!(!text.contains("`long`"), "{text}");
+        let resolved = resolve(&tokens[1..], "0123456789abcdef", &env).expect("16 bytes will do");
+        assert_eq!(resolved.len(), 1);
     }
 }

@@ -5,7 +5,8 @@
 //! state-changing form carries.
 //!
 //! Invariant: the cookie holds only a random id (244 bits); the token never leaves the server
-//! after login, and a POST without the session's CSRF token changes nothing (403).
+//! after login, and a POST without the session's CSRF token changes nothing (403). A failed
+//! login counts against the client's address like a failed bearer token (`auth::throttle`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -245,7 +246,7 @@ async fn login(
     }
     let token = form.token.trim();
     let Some(principal) = Principal::authenticate(&state.live.current(), token) else {
-        tracing::warn!("console login refused: unknown token");
+        // The 401 is what `auth::throttle_failures` counts and logs, with the client's address.
         return login_page(StatusCode::UNAUTHORIZED, "Unknown token.");
     };
     if !principal.has(Scope::Read) {

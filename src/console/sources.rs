@@ -1,5 +1,6 @@
 //! Sources and targets: each configured source (with its tenants and, for mailboxes, the
-//! poller's health) and each target's delivery health and backlog.
+//! poller's health) and each target's delivery health and backlog. A tenant-limited viewer
+//! sees the sources of its tenants, each with only its tenants named.
 
 use axum::Router;
 use axum::extract::State;
@@ -94,7 +95,8 @@ async fn page(viewer: Viewer, State(state): State<AppState>) -> Result<Response,
             SourceRow {
                 kind: s.kind().to_owned(),
                 name: s.name().to_owned(),
-                tenants: s.tenants().join(", "),
+                // A shared Slack source serves several tenants: name only the viewer's.
+                tenants: viewer.principal.visible_tenants(s.tenants()).join(", "),
                 health,
                 healthy,
             }

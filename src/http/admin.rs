@@ -265,11 +265,21 @@ async fn raw(
     let Some(raw) = ledger::raw(&state.db, id).await? else {
         return Err(missing_raw(&state, id).await?);
     };
-    Response::builder()
-        .header(header::CONTENT_TYPE, raw.content_type)
+    // The bytes are the sender's, not ours: served under the sender's type, HTML or SVG would
+    // run in the reader's browser as this origin. The type it declared stays visible.
+    let mut response = Response::builder()
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+        .header(header::CONTENT_DISPOSITION, "attachment")
         .header("x-switchyard-source", raw.source)
         .body(Body::from(raw.body))
-        .map_err(|e| ApiError::BadRequest(e.to_string()))
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    if let Ok(declared) = header::HeaderValue::from_str(&raw.content_type) {
+        response
+            .headers_mut()
+            .insert("x-switchyard-content-type", declared);
+    }
+    Ok(response)
 }
 
 /// 410 when retention pruned the bytes but the ledger row naming them (its id is the raw

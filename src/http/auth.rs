@@ -2,7 +2,11 @@
 //! [`Principal`] with scopes and an optional tenant limit, which every handler checks.
 //!
 //! Invariant: a handler reaches tenant rows only through [`Principal::tenant_filter`] or after
-//! [`Principal::sees`]; a row of another tenant is answered 404, as if it did not exist.
+//! [`Principal::sees`]; a row of another tenant is answered 404, as if it did not exist. A
+//! tenant-limited caller never reads another tenant's name ([`Principal::visible_tenants`]).
+//! Failed tokens are counted per client address in [`throttle`].
+
+mod throttle;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -18,6 +22,8 @@ use subtle::ConstantTimeEq;
 use super::{ApiError, AppState};
 use crate::config::{API_TOKEN_NAME, Scope};
 use crate::live::Live;
+
+pub use throttle::{FailureThrottle, guard as throttle_failures};
 
 /// An authenticated caller.
 #[derive(Debug, Clone)]
@@ -88,14 +94,20 @@ impl Principal {
         }
     }
 
-    /// Whether a row of `tenant` is visible to this caller.
     /// Whether the caller is limited to no tenants.
     pub fn sees_every_tenant(&self) -> bool {
         self.tenants.is_none()
     }
 
+    /// Whether a row of `tenant` is visible to this caller.
     pub fn sees(&self, tenant: &str) -> bool {
         self.tenants.as_ref().is_none_or(|t| t.contains(tenant))
+    }
+
+    /// Of `tenants` (a shared source's, say), the ones this caller may see: the others' names
+    /// are not shown to a tenant-limited caller.
+    pub fn visible_tenants<'a>(&self, tenants: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        tenants.into_iter().filter(|t| self.sees(t)).collect()
     }
 
     /// The tenants a listing may show: `None` for every tenant, else the list (empty when the

@@ -1,13 +1,17 @@
 //! `GET /healthz` (the process is up) and `GET /readyz` (the database answers, every intake
-//! writer is running and committing, and no mailbox is failing repeatedly). Neither needs a token, so load balancers can call them. `/readyz` also
-//! reports each dispatch target (last success, consecutive failures, pending runs and the age
-//! of the oldest), but a struggling worker never makes intake unready: the outbox holds its
-//! runs, and refusing deliveries would only lose them upstream. The pending counts read every
-//! pending dispatch, so `/readyz` reads them at most once per [`PENDING_FRESH`] however often
-//! it is polled ([`PendingCache`]).
+//! writer is running and committing, and no mailbox is failing repeatedly). Neither needs a
+//! token, so load balancers can call them; without one `/readyz` answers only
+//! `{"status": "ready"}` (200) or `{"status": "not_ready"}` (503). With a token that has `read`
+//! and sees every tenant it also says why: the database, each writer and source, each dispatch
+//! target (last success, consecutive failures, pending runs and the age of the oldest) and the
+//! degraded workflows, whose names and errors are not for anyone who can reach the port. A
+//! struggling worker never makes intake unready: the outbox holds its runs, and refusing
+//! deliveries would only lose them upstream. The pending counts read every pending dispatch,
+//! so `/readyz` reads them at most once per [`PENDING_FRESH`] however often it is polled
+//! ([`PendingCache`]).
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Value, json};
@@ -15,7 +19,9 @@ use serde_json::{Value, json};
 use switchyard_router::now_millis;
 use switchyard_router::outbox;
 
-use super::AppState;
+use super::auth::bearer_principal;
+use super::{ApiError, AppState};
+use crate::config::Scope;
 use crate::store;
 
 /// How long `/readyz` answers with the pending counts it last read.
@@ -59,35 +65,52 @@ async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+/// Whether a `/readyz` caller may read the detail: a configured token with `read` that sees
+/// every tenant. No token is a probe (the bare status); a wrong one is 401, counted like any
+/// refused token.
+fn shows_detail(headers: &HeaderMap, state: &AppState) -> Result<bool, ApiError> {
+    match bearer_principal(headers, &state.live.current()) {
+        None => Ok(false),
+        Some(None) => Err(ApiError::Unauthorized("wrong bearer token")),
+        Some(Some(principal)) => Ok(principal.has(Scope::Read) && principal.sees_every_tenant()),
+    }
+}
+
+async fn readyz(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let detail = shows_detail(&headers, &state)?;
     let database = match store::ping(&state.db).await {
         Ok(()) => json!({"ok": true}),
         Err(error) => json!({"ok": false, "error": error.to_string()}),
     };
-    let targets = targets(&state).await;
-    let sources = state.sources.snapshot();
     let unhealthy = state.sources.unhealthy();
     let writers = state.intake.writers();
     let writers_ok = writers.iter().all(|w| w.healthy);
     let ready = database["ok"] == json!(true) && unhealthy.is_empty() && writers_ok;
-    let status = if ready {
-        StatusCode::OK
+    let (status, word) = if ready {
+        (StatusCode::OK, "ready")
     } else {
-        StatusCode::SERVICE_UNAVAILABLE
+        (StatusCode::SERVICE_UNAVAILABLE, "not_ready")
     };
-    (
+    if !detail {
+        return Ok((status, Json(json!({"status": word}))));
+    }
+    Ok((
         status,
         Json(json!({
+            "status": word,
             "ready": ready,
             "config_revision": state.live.current().revision(),
             "database": database,
             "intake": {"ok": writers_ok, "writers": writers},
-            "sources": sources,
-            "targets": targets,
+            "sources": state.sources.snapshot(),
+            "targets": targets(&state).await,
             "unhealthy_sources": unhealthy.into_iter().map(|(name, _)| name).collect::<Vec<_>>(),
             "degraded_workflows": degraded_workflows(&state),
         })),
-    )
+    ))
 }
 
 /// Live workflows that start no runs because their principal may not act, with why (a

@@ -117,6 +117,10 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
         .layer(axum::middleware::from_fn(move |request, next| {
             oversize::refuse_declared_oversize(request, next, body_limit, body_read_timeout)
         }))
+        .layer(axum::middleware::from_fn_with_state(
+            auth::FailureThrottle::new(state.live.clone()),
+            auth::throttle_failures,
+        ))
         .with_state(state)
 }
 

@@ -122,12 +122,16 @@ impl RevisionContent {
     }
 
     /// Only what a caller limited to `sees` tenants may see: their workflows, the targets
-    /// those use, and sources of their tenants.
+    /// those use, and sources of their tenants, each naming only those tenants (a Slack source
+    /// shared by several tenants names no other).
     pub fn visible_to(mut self, sees: impl Fn(&str) -> bool) -> Self {
         self.workflows.retain(|w| sees(&w.workflow.tenant_id));
         let used: Vec<String> = self.workflows.iter().map(|w| w.target.clone()).collect();
         self.targets.retain(|t| used.contains(&t.name));
-        self.sources.retain(|s| s.tenants.iter().any(|t| sees(t)));
+        for source in &mut self.sources {
+            source.tenants.retain(|t| sees(t));
+        }
+        self.sources.retain(|s| !s.tenants.is_empty());
         self.principals.retain(|p| sees(&p.tenant));
         self
     }

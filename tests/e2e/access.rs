@@ -65,13 +65,13 @@ triggers = [ { channel = "webhook", event_type = "ticket.created", priority = 10
 "#;
 
 pub const TOKEN_ENV: [(&str, &str); 7] = [
-    ("SY_SCRAPER", "scraper-secret"),
-    ("SY_READER", "reader-secret"),
-    ("SY_SENDER", "sender-secret"),
-    ("SY_AUDITOR", "auditor-secret"),
-    ("SY_WORKER", "worker-secret"),
-    ("SY_ACME", "acme-secret"),
-    ("SY_ROOT", "root-secret"),
+    ("SY_SCRAPER", "scraper-token-secret"),
+    ("SY_READER", "reader-token-secret"),
+    ("SY_SENDER", "sender-token-secret"),
+    ("SY_AUDITOR", "auditor-token-secret"),
+    ("SY_WORKER", "worker-token-secret"),
+    ("SY_ACME", "acme-token-secret"),
+    ("SY_ROOT", "root-token-secret"),
 ];
 
 /// A request with `token` (`None`: no Authorization header).
@@ -161,7 +161,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             (None, M::GET, "/metrics".into(), None, 401, None),
             // events:write
             (
-                Some("sender-secret"),
+                Some("sender-token-secret"),
                 M::POST,
                 "/v1/events".into(),
                 Some(&acme_event),
@@ -169,7 +169,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::POST,
                 "/v1/events".into(),
                 Some(&acme_event),
@@ -177,7 +177,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("events:write"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::POST,
                 "/v1/events".into(),
                 Some(&globex_event),
@@ -185,7 +185,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("root-secret"),
+                Some("root-token-secret"),
                 M::POST,
                 "/v1/events".into(),
                 Some(&globex_event),
@@ -194,7 +194,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             ),
             // read
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::GET,
                 "/v1/intake".into(),
                 None,
@@ -202,7 +202,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("sender-secret"),
+                Some("sender-token-secret"),
                 M::GET,
                 "/v1/intake".into(),
                 None,
@@ -210,7 +210,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("read"),
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::GET,
                 "/v1/runs".into(),
                 None,
@@ -218,7 +218,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("worker-secret"),
+                Some("worker-token-secret"),
                 M::GET,
                 "/v1/runs".into(),
                 None,
@@ -226,7 +226,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("read"),
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::GET,
                 format!("/v1/runs/{globex_run}"),
                 None,
@@ -234,7 +234,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("sender-secret"),
+                Some("sender-token-secret"),
                 M::GET,
                 format!("/v1/runs/{globex_run}"),
                 None,
@@ -242,7 +242,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("read"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::GET,
                 format!("/v1/runs/{globex_run}"),
                 None,
@@ -250,7 +250,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::GET,
                 format!("/v1/runs/{acme_run}"),
                 None,
@@ -258,7 +258,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::GET,
                 "/v1/locks".into(),
                 None,
@@ -266,7 +266,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("sender-secret"),
+                Some("sender-token-secret"),
                 M::GET,
                 "/v1/locks".into(),
                 None,
@@ -274,7 +274,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("read"),
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::GET,
                 "/v1/workflows".into(),
                 None,
@@ -282,7 +282,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("worker-secret"),
+                Some("worker-token-secret"),
                 M::GET,
                 "/v1/workflows".into(),
                 None,
@@ -290,7 +290,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("read"),
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::GET,
                 "/v1/sources".into(),
                 None,
@@ -298,7 +298,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("sender-secret"),
+                Some("sender-token-secret"),
                 M::GET,
                 "/v1/sources".into(),
                 None,
@@ -306,7 +306,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("read"),
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::GET,
                 "/metrics".into(),
                 None,
@@ -314,7 +314,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("sender-secret"),
+                Some("sender-token-secret"),
                 M::GET,
                 "/metrics".into(),
                 None,
@@ -323,7 +323,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             ),
             // metrics: /metrics and nothing else
             (
-                Some("scraper-secret"),
+                Some("scraper-token-secret"),
                 M::GET,
                 "/metrics".into(),
                 None,
@@ -331,7 +331,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("scraper-secret"),
+                Some("scraper-token-secret"),
                 M::GET,
                 "/v1/intake".into(),
                 None,
@@ -339,7 +339,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("read"),
             ),
             (
-                Some("scraper-secret"),
+                Some("scraper-token-secret"),
                 M::GET,
                 "/v1/runs".into(),
                 None,
@@ -347,7 +347,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("read"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::GET,
                 "/metrics".into(),
                 None,
@@ -356,7 +356,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             ),
             // raw:read
             (
-                Some("auditor-secret"),
+                Some("auditor-token-secret"),
                 M::GET,
                 format!("/v1/raw/{globex_raw}"),
                 None,
@@ -364,7 +364,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::GET,
                 format!("/v1/raw/{globex_raw}"),
                 None,
@@ -372,7 +372,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("raw:read"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::GET,
                 format!("/v1/raw/{globex_raw}"),
                 None,
@@ -380,7 +380,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::GET,
                 format!("/v1/raw/{acme_raw}"),
                 None,
@@ -389,7 +389,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             ),
             // runs:write
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/heartbeat"),
                 Some(&heartbeat),
@@ -397,7 +397,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("runs:write"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/heartbeat"),
                 Some(&heartbeat),
@@ -405,7 +405,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("worker-secret"),
+                Some("worker-token-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/heartbeat"),
                 Some(&heartbeat),
@@ -413,7 +413,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/redispatch"),
                 None,
@@ -421,7 +421,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("runs:write"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/redispatch"),
                 None,
@@ -430,7 +430,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             ),
             // Waits: opening one is runs:write, limited by tenant; resuming is events:write.
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/waits"),
                 Some(&open_wait),
@@ -438,7 +438,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("runs:write"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/waits"),
                 Some(&open_wait),
@@ -446,7 +446,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("worker-secret"),
+                Some("worker-token-secret"),
                 M::POST,
                 "/v1/waits/resume".into(),
                 Some(&resume),
@@ -454,7 +454,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("events:write"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::GET,
                 format!("/v1/runs/{globex_run}/waits"),
                 None,
@@ -463,7 +463,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             ),
             // Not dead-lettered: the scope and tenant pass, the run's state refuses.
             (
-                Some("worker-secret"),
+                Some("worker-token-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/redispatch"),
                 None,
@@ -471,7 +471,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::POST,
                 "/v1/claims".into(),
                 Some(&claim_acme),
@@ -479,7 +479,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("runs:write"),
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::POST,
                 format!("/v1/claims/{globex_claim}/extend"),
                 None,
@@ -487,7 +487,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("runs:write"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::POST,
                 format!("/v1/claims/{globex_claim}/extend"),
                 None,
@@ -495,7 +495,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("worker-secret"),
+                Some("worker-token-secret"),
                 M::POST,
                 format!("/v1/claims/{globex_claim}/extend"),
                 None,
@@ -503,7 +503,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::POST,
                 format!("/v1/claims/{globex_claim}/release"),
                 None,
@@ -511,7 +511,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("runs:write"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::POST,
                 format!("/v1/claims/{globex_claim}/release"),
                 None,
@@ -519,7 +519,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/finish"),
                 Some(&finish),
@@ -527,7 +527,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 Some("runs:write"),
             ),
             (
-                Some("acme-secret"),
+                Some("acme-token-secret"),
                 M::POST,
                 format!("/v1/runs/{globex_run}/finish"),
                 Some(&finish),
@@ -536,7 +536,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             ),
             // revisions are read
             (
-                Some("reader-secret"),
+                Some("reader-token-secret"),
                 M::GET,
                 "/v1/revisions".into(),
                 None,
@@ -544,7 +544,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
                 None,
             ),
             (
-                Some("sender-secret"),
+                Some("sender-token-secret"),
                 M::GET,
                 "/v1/revisions".into(),
                 None,
@@ -576,7 +576,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
 
         // Tenant limits on listings: acme's token sees acme rows only, and asking for globex
         // gives an empty page rather than a refusal.
-        let get = |path: &'static str| call(&daemon, M::GET, path, Some("acme-secret"), None);
+        let get = |path: &'static str| call(&daemon, M::GET, path, Some("acme-token-secret"), None);
         let (_, intake) = get("/v1/intake").await;
         let tenants: Vec<&str> = intake["intake"]
             .as_array()
@@ -621,7 +621,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             &daemon,
             M::POST,
             "/v1/claims",
-            Some("acme-secret"),
+            Some("acme-token-secret"),
             Some(&claim_globex),
         )
         .await;
@@ -634,7 +634,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             &daemon,
             M::POST,
             "/v1/claims",
-            Some("acme-secret"),
+            Some("acme-token-secret"),
             Some(&claim_acme),
         )
         .await;
@@ -656,12 +656,18 @@ async fn tokens_are_added_and_revoked_by_a_reload() {
         return;
     };
     let original = config(&db, WORKFLOWS);
-    let env = [("SY_LATE", "late-secret")];
+    let env = [("SY_LATE", "late-token-secret")];
     let daemon = Daemon::start(&db, &original, &env).await;
     async fn late(daemon: &Daemon) -> StatusCode {
-        call(daemon, Method::GET, "/v1/runs", Some("late-secret"), None)
-            .await
-            .0
+        call(
+            daemon,
+            Method::GET,
+            "/v1/runs",
+            Some("late-token-secret"),
+            None,
+        )
+        .await
+        .0
     }
     assert_eq!(late(&daemon).await, StatusCode::UNAUTHORIZED);
 

@@ -167,7 +167,7 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         .find(Locator::Id("token"))
         .await
         .expect("token field")
-        .send_keys("root-secret")
+        .send_keys("root-token-secret")
         .await
         .expect("type token");
     browser

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use super::harness::{Backend, Daemon, PRINCIPALS, TestDb, binary, config, event};
+use super::harness::{Backend, Daemon, PRINCIPALS, TOKEN, TestDb, binary, config, event};
 use super::spine::WORKED_EXAMPLE;
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
@@ -29,7 +29,7 @@ fn check_accepts_the_example_and_warns_about_its_draft() {
     let (ok, out) = run(
         &["check", "--config", &example()],
         &[
-            ("SWITCHYARD_API_TOKEN", "t"),
+            ("SWITCHYARD_API_TOKEN", TOKEN),
             ("ZENDESK_ACME_SECRET", "s"),
             ("SLACK_SIGNING_SECRET", "s"),
             ("SUPPORT_IMAP_PASSWORD", "s"),
@@ -69,7 +69,7 @@ fn check_refuses_typos_naming_the_line_and_unset_secrets() {
     std::fs::write(&path, duplicate).expect("write");
     let (ok, out) = run(
         &["check", "--config", path.to_str().unwrap_or_default()],
-        &[("SWITCHYARD_API_TOKEN", "t")],
+        &[("SWITCHYARD_API_TOKEN", TOKEN)],
     );
     assert!(!ok);
     assert!(
@@ -109,7 +109,7 @@ triggers = [ { channel = "chat", event_type = "x", priority = 7 }, { channel = "
     .expect("write");
     let (ok, out) = run(
         &["check", "--config", path.to_str().unwrap_or_default()],
-        &[("SWITCHYARD_API_TOKEN", "t")],
+        &[("SWITCHYARD_API_TOKEN", TOKEN)],
     );
     assert!(ok, "{out}");
     assert!(out.contains("priority tie: workflows a, b"), "{out}");
@@ -196,7 +196,7 @@ async fn migrate_then_serve_without_migrating() {
     // Without migrations, `serve --no-migrate` refuses to start and says what to do.
     let (ok, out) = run(
         &["serve", "--no-migrate", "--config", path_arg],
-        &[("SWITCHYARD_API_TOKEN", "t")],
+        &[("SWITCHYARD_API_TOKEN", TOKEN)],
     );
     assert!(!ok, "{out}");
     assert!(out.contains("switchyard migrate"), "{out}");
@@ -239,7 +239,7 @@ fn version_names_the_commit_and_a_bad_config_exits_78() {
     let output = Command::new(binary())
         .args(["serve", "--config"])
         .arg(&path)
-        .env("SWITCHYARD_API_TOKEN", "t")
+        .env("SWITCHYARD_API_TOKEN", TOKEN)
         .output()
         .expect("run serve");
     assert_eq!(output.status.code(), Some(78), "EX_CONFIG");
@@ -269,7 +269,7 @@ fn check_and_route_name_a_principal_that_may_not_act() {
     let config = path.to_str().unwrap_or_default();
     let (ok, out) = run(
         &["check", "--config", config],
-        &[("SWITCHYARD_API_TOKEN", "t")],
+        &[("SWITCHYARD_API_TOKEN", TOKEN)],
     );
     assert!(ok, "{out}");
     assert!(
@@ -299,7 +299,7 @@ fn check_and_route_name_a_principal_that_may_not_act() {
     std::fs::write(&path, file("active", "\"ticket:write\", \"ticket:delete\"")).expect("write");
     let (ok, out) = run(
         &["check", "--config", config],
-        &[("SWITCHYARD_API_TOKEN", "t")],
+        &[("SWITCHYARD_API_TOKEN", TOKEN)],
     );
     assert!(!ok, "{out}");
     assert!(

@@ -442,7 +442,7 @@ scopes = ["read"]
             ("PUBLISHER_SECRET", SECRET),
             ("CE_ACME_SENDER", "acme-sender-secret"),
             ("CE_GLOBEX_SENDER", "globex-sender-secret"),
-            ("CE_READER", "reader-secret"),
+            ("CE_READER", "reader-token-secret"),
         ],
     )
     .await;
@@ -455,7 +455,7 @@ scopes = ["read"]
                 .await
         }
     };
-    let (status, refused) = send("s-1", "reader-secret").await;
+    let (status, refused) = send("s-1", "reader-token-secret").await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
     assert_eq!(refused["error"], "missing_scope", "{refused}");
     let (status, refused) = send("s-2", "globex-sender-secret").await;

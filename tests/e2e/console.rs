@@ -247,7 +247,7 @@ async fn every_page_and_filter_answers_and_a_finished_run_frees_its_ticket() {
             Console::try_login(&daemon, "nope").await.0,
             StatusCode::UNAUTHORIZED
         );
-        let (status, refused) = Console::try_login(&daemon, "sender-secret").await;
+        let (status, refused) = Console::try_login(&daemon, "sender-token-secret").await;
         assert_eq!(
             (status, refused.is_none()),
             (StatusCode::FORBIDDEN, true),
@@ -256,14 +256,14 @@ async fn every_page_and_filter_answers_and_a_finished_run_frees_its_ticket() {
         // A login POST without the form's cookie (cross-site) is refused.
         let forged = Console::client()
             .post(daemon.url("/ui/login"))
-            .form(&[("token", "root-secret"), ("csrf", "guess")])
+            .form(&[("token", "root-token-secret"), ("csrf", "guess")])
             .send()
             .await
             .expect("POST");
         assert_eq!(forged.status(), StatusCode::FORBIDDEN);
         assert!(set_cookie(&forged, "sy_session").is_none());
 
-        let ui = Console::login(&daemon, "root-secret").await;
+        let ui = Console::login(&daemon, "root-token-secret").await;
 
         // Deliveries, newest first, and each filter.
         let list = ui.page("/ui/deliveries").await;
@@ -489,7 +489,7 @@ async fn a_read_token_changes_nothing_and_a_tenant_token_sees_only_its_tenant() 
     let (acme_id, globex_id) = (intake_id(&acme), intake_id(&globex));
 
     // `read`: sees, but no button that changes state, and its POSTs are refused.
-    let reader = Console::login(&daemon, "reader-secret").await;
+    let reader = Console::login(&daemon, "reader-token-secret").await;
     let run = reader.page(&format!("/ui/runs/{acme_run}")).await;
     for button in [
         "Finish as completed",
@@ -528,7 +528,7 @@ async fn a_read_token_changes_nothing_and_a_tenant_token_sees_only_its_tenant() 
     assert!(body.contains("raw:read"));
 
     // A tenant-scoped token: never another tenant's delivery, in the list, by URL or in search.
-    let ops = Console::login(&daemon, "acme-secret").await;
+    let ops = Console::login(&daemon, "acme-token-secret").await;
     let list = ops.page("/ui/deliveries").await;
     assert!(
         list.contains(&acme_id) && !list.contains(&globex_id) && !list.contains(&globex_entity)

@@ -315,9 +315,11 @@ async fn a_server_outage_is_visible_in_readyz_and_survived() {
 
     dovecot("stop");
     let readyz = || async {
+        // The detail (sources, their errors) is shown only to a token.
         let response = daemon
             .client()
             .get(daemon.url("/readyz"))
+            .bearer_auth(super::harness::TOKEN)
             .send()
             .await
             .expect("readyz");

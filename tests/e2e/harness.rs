@@ -12,7 +12,8 @@ use sea_orm::{ConnectionTrait, Database};
 use serde_json::{Value, json};
 
 /// The bearer token every test daemon is started with.
-pub const TOKEN: &str = "test-token";
+/// (16 bytes at least: `serve` refuses shorter tokens.)
+pub const TOKEN: &str = "e2e-test-api-token";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

@@ -18,7 +18,7 @@ use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde_json::{Value, json};
 
-use super::harness::{Daemon, TestDb, binary, config, event, run_id, serve_local, unique};
+use super::harness::{Daemon, TOKEN, TestDb, binary, config, event, run_id, serve_local, unique};
 
 const ZENDESK_SECRET: &str = "zendesk-acme-signing-secret";
 const SLACK_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -454,7 +454,7 @@ async fn a_mixed_day_replays_exactly_writes_nothing_live_and_a_candidate_moves_w
                 .args(["--against-ledger", "1d"])
                 .args(extra)
                 .envs(ENV)
-                .env("SWITCHYARD_API_TOKEN", "t")
+                .env("SWITCHYARD_API_TOKEN", TOKEN)
                 .output()
                 .expect("run check")
         };
@@ -833,7 +833,7 @@ triggers = [ { channel = "chat", event_type = "message", priority = 1 } ]
             .args(["replay", "--config"])
             .arg(&daemon.config_path)
             .args(["--live", "--revision", "current", "--delivery", "k-1"])
-            .env("SWITCHYARD_API_TOKEN", "t")
+            .env("SWITCHYARD_API_TOKEN", TOKEN)
             .stdin(std::process::Stdio::null())
             .output()
             .expect("run replay");
@@ -886,7 +886,7 @@ tenants = ["acme"]
         &daemon,
         Method::POST,
         "/v1/replays",
-        Some("reader-secret"),
+        Some("reader-token-secret"),
         Some(&body),
     )
     .await;
@@ -900,7 +900,7 @@ tenants = ["acme"]
         &daemon,
         Method::GET,
         "/v1/replays",
-        Some("sender-secret"),
+        Some("sender-token-secret"),
         None,
     )
     .await;
@@ -911,7 +911,7 @@ tenants = ["acme"]
         &daemon,
         Method::POST,
         "/v1/replays",
-        Some("root-secret"),
+        Some("root-token-secret"),
         Some(&body),
     )
     .await;
@@ -959,7 +959,7 @@ tenants = ["acme"]
         &daemon,
         Method::GET,
         &format!("/v1/replays/{every_id}"),
-        Some("reader-secret"),
+        Some("reader-token-secret"),
         None,
     )
     .await;
@@ -968,7 +968,7 @@ tenants = ["acme"]
         &daemon,
         Method::POST,
         &format!("/v1/replays/{every_id}/rerun"),
-        Some("reader-secret"),
+        Some("reader-token-secret"),
         None,
     )
     .await;

@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde_json::{Value, json};
 
-use super::harness::{Backend, Daemon, TestDb, binary, config, event, run_id, unique};
+use super::harness::{Backend, Daemon, TOKEN, TestDb, binary, config, event, run_id, unique};
 
 const SHORT_RETENTION: &str = r#"
 [retention]
@@ -368,7 +368,7 @@ fn check_warns_when_the_ledger_outlives_no_retry_window() {
         let output = Command::new(binary())
             .args(["check", "--config"])
             .arg(&path)
-            .env("SWITCHYARD_API_TOKEN", "t")
+            .env("SWITCHYARD_API_TOKEN", TOKEN)
             .env("ZENDESK_ACME_SECRET", "s")
             .env("SLACK_SIGNING_SECRET", "s")
             .env("SUPPORT_IMAP_PASSWORD", "s")

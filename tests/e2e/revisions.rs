@@ -124,7 +124,7 @@ async fn revisions_are_kept_and_a_past_decision_is_explained_against_its_own() {
             &daemon,
             Method::GET,
             &format!("/v1/revisions/{first_hash}"),
-            Some("acme-secret"),
+            Some("acme-token-secret"),
             None,
         )
         .await;

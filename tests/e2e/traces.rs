@@ -835,7 +835,7 @@ fn a_bad_telemetry_value_stops_serve_with_exit_78() {
         let output = std::process::Command::new(super::harness::binary())
             .args(["serve", "--config"])
             .arg(&path)
-            .env("SWITCHYARD_API_TOKEN", "t")
+            .env("SWITCHYARD_API_TOKEN", TOKEN)
             .output()
             .expect("run serve");
         let stderr = String::from_utf8_lossy(&output.stderr);
