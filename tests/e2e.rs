@@ -29,6 +29,7 @@ mod e2e {
     mod replay;
     mod retention;
     mod revisions;
+    mod security_pull;
     mod shadow;
     mod slack;
     mod spine;
