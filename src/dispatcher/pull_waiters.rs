@@ -2,6 +2,9 @@
 //! work of a workflow wakes as many of that workflow's waiters as it made claimable runs, never
 //! the waiters of other workflows (and so never another tenant's).
 //!
+//! Work nobody wakes them for (runs another replica routed, a claim that lapsed) waiters find
+//! by a periodic look, made for each workflow by one of its waiters at a time, not by each.
+//!
 //! Invariant: a wake-up is never lost. A waiter registers before its first look, a wake-up
 //! that arrives while it looks is kept for its next wait, and one it leaves with unused (its
 //! request ended, or it took as many runs as it asked for, so more may be due) is passed on
@@ -13,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// Every waiting claim request of one daemon, by workflow and by token.
 #[derive(Debug, Default)]
@@ -25,6 +29,8 @@ struct Registry {
     by_workflow: HashMap<String, BTreeMap<u64, Arc<Waiter>>>,
     /// Waiting requests per token name.
     by_token: HashMap<String, usize>,
+    /// When each waited-on workflow was last looked at periodically.
+    looked: HashMap<String, Instant>,
 }
 
 #[derive(Debug)]
@@ -145,6 +151,22 @@ impl Waiting<'_> {
         tokio::time::timeout(timeout, notified).await.is_ok()
     }
 
+    /// Those of this waiter's workflows that no waiter looked at periodically within `every`,
+    /// marked as looked at now: what this waiter's periodic look should read.
+    pub fn to_look_at(&self, every: Duration) -> Vec<String> {
+        let now = Instant::now();
+        let mut registry = self.waiters.lock();
+        let mut due = Vec::new();
+        for workflow in &self.waiter.workflows {
+            let last = registry.looked.entry(workflow.clone()).or_insert(now);
+            if *last == now || now.duration_since(*last) >= every {
+                *last = now;
+                due.push(workflow.clone());
+            }
+        }
+        due
+    }
+
     /// This waiter took as many runs as it asked for, so more may be due: wakes one other
     /// waiter of each of its workflows.
     pub fn pass_on(&self) {
@@ -175,6 +197,7 @@ impl Drop for Waiting<'_> {
                 waiters.remove(&self.id);
                 if waiters.is_empty() {
                     registry.by_workflow.remove(workflow);
+                    registry.looked.remove(workflow);
                 }
             }
         }
@@ -252,6 +275,24 @@ mod tests {
         let waiting = waiters.wait_on("t", names(&["a"]), 10).expect("waiting");
         assert!(waiting.woken(Duration::from_secs(10)).await);
         task.await.expect("task");
+    }
+
+    #[tokio::test]
+    async fn a_workflow_is_looked_at_by_one_waiter_per_period() {
+        let waiters = PullWaiters::default();
+        let first = waiters.wait_on("t", names(&["a", "b"]), 10).expect("first");
+        let second = waiters.wait_on("t", names(&["a"]), 10).expect("second");
+        let every = Duration::from_millis(300);
+        assert_eq!(first.to_look_at(every), names(&["a", "b"]));
+        assert!(
+            second.to_look_at(every).is_empty(),
+            "`a` was just looked at"
+        );
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(second.to_look_at(every), names(&["a"]));
+        assert_eq!(first.to_look_at(every), names(&["b"]));
+        drop((first, second));
+        assert!(waiters.lock().looked.is_empty());
     }
 
     #[test]

@@ -44,10 +44,12 @@ const MAX_WORKFLOWS: usize = 1_000;
 /// Most claim requests of one token that may wait for work at once. Each costs a connection
 /// and a look every [`RECHECK`]; past this a token gets 429 (`too_many_waiting_claims`).
 pub const MAX_WAITING_PER_TOKEN: usize = 64;
-/// How often a waiting claim looks for work nobody woke it for: runs another replica routed,
-/// a claim that lapsed or a release delay that ended there, a `max_running` slot a run's end
-/// freed. A read; a claim transaction only when it finds a run due. Runs of this daemon's own
-/// intake, releases and redispatches wake the waiters of their workflow at once.
+/// How often waiting claims look for work nobody woke them for: runs another replica routed,
+/// a claim that lapsed or a release delay that ended there, a run a wait's timer resumed, a
+/// `max_running` slot a run's end freed. Each workflow is looked at by one of its waiters per
+/// period, with a read; a claim transaction only when the read finds a run due. Runs of this
+/// daemon's own intake, resumes, releases and redispatches wake the waiters of their workflow
+/// at once.
 const RECHECK: Duration = Duration::from_secs(2);
 /// Longest a released run may be kept from being claimed again: a worker's back-off, not a
 /// way to park an entity (its lease is kept alive while the run waits).
@@ -128,7 +130,8 @@ async fn claim(
             if waiting.woken(left.min(recheck)).await {
                 break "woken";
             }
-            if looker.work_due().await? {
+            let unlooked = waiting.to_look_at(RECHECK);
+            if !unlooked.is_empty() && looker.work_due(&unlooked).await? {
                 break "recheck";
             }
             if Instant::now() >= deadline {
@@ -232,9 +235,9 @@ impl Looker<'_> {
         }
     }
 
-    /// Whether a run of these workflows is due on a pull target: a read, so a waiter that
-    /// nobody woke costs no write transaction when there is nothing to claim.
-    async fn work_due(&self) -> Result<bool, ApiError> {
+    /// Whether a run of `workflows` is due on a pull target: a read, so a waiter that nobody
+    /// woke costs no write transaction when there is nothing to claim.
+    async fn work_due(&self, workflows: &[String]) -> Result<bool, ApiError> {
         let targets: Vec<String> = pull_targets(self.state)
             .into_iter()
             .map(|t| t.name)
@@ -244,7 +247,7 @@ impl Looker<'_> {
         }
         let filter = sea_orm::Condition::all()
             .add(dispatch::Column::Target.is_in(targets))
-            .add(dispatch::Column::WorkflowId.is_in(self.workflows.iter().cloned()));
+            .add(dispatch::Column::WorkflowId.is_in(workflows.iter().cloned()));
         Ok(outbox::due(filter, now_millis(), 1)
             .one(&self.state.db)
             .await?
