@@ -2,6 +2,9 @@
 //! then extend or release their claim; finishing the run (`/v1/runs/{id}/finish`) ends it.
 //! A claim not extended before it expires goes back to pending; one run is claimed by one
 //! worker at a time, across replicas (`SKIP LOCKED`).
+//!
+//! A waiting claim is woken only by work of its own workflows ([`crate::dispatcher::pull_waiters`])
+//! and runs a claim transaction only when woken or when a read finds a run due.
 
 use std::time::Duration;
 
@@ -16,8 +19,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use switchyard_dispatch::schedule::jitter;
 use switchyard_router::entities::dispatch;
-use switchyard_router::now_millis;
 use switchyard_router::outbox::{self, ClaimError, ClaimedRun, PullClaim, PullTarget};
+use switchyard_router::{Millis, now_millis};
 use tokio::time::Instant;
 
 use super::auth::Principal;
@@ -41,9 +44,10 @@ const MAX_CLAIM: u64 = 100;
 /// Most distinct workflows one claim request may name. Far more than a worker runs; every name
 /// is a bound variable of the claim's query (40,000 were past SQLite's limit, a 503).
 const MAX_WORKFLOWS: usize = 1_000;
-/// Most claim requests of one token that may wait for work at once. Each costs a connection
-/// and a look every [`RECHECK`]; past this a token gets 429 (`too_many_waiting_claims`).
-pub const MAX_WAITING_PER_TOKEN: usize = 64;
+/// Most claim requests of one token that may wait for work at once: each holds a connection
+/// and a task. Past it a token gets 429 (`too_many_waiting_claims`); a claim without `wait`
+/// is never refused for it.
+const MAX_WAITING_PER_TOKEN: usize = 64;
 /// How often waiting claims look for work nobody woke them for: runs another replica routed,
 /// a claim that lapsed or a release delay that ended there, a run a wait's timer resumed, a
 /// `max_running` slot a run's end freed. Each workflow is looked at by one of its waiters per
@@ -102,15 +106,11 @@ async fn claim(
         let (claims, _) = looker.look("request").await?;
         return answer(&state, claims).await;
     }
-    let waiting =
-        match state
-            .wake
-            .pull
-            .wait_on(&principal.name, workflows.clone(), MAX_WAITING_PER_TOKEN)
-        {
-            Ok(waiting) => waiting,
-            Err(AtCap { cap }) => return Ok(too_many_waiting(&principal.name, cap)),
-        };
+    let pull = &state.wake.pull;
+    let waiting = match pull.wait_on(&principal.name, workflows.clone(), MAX_WAITING_PER_TOKEN) {
+        Ok(waiting) => waiting,
+        Err(AtCap { cap }) => return Ok(too_many_waiting(&principal.name, cap)),
+    };
     let deadline = Instant::now() + wait;
     let mut cause = "request";
     loop {
@@ -125,7 +125,7 @@ async fn claim(
         }
         cause = loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            // Spread, so waiters that came together do not all read at once.
+            // Spread, so waiters that came together do not all wake together.
             let recheck = RECHECK.mul_f64(1.0 + 0.25 * jitter());
             if waiting.woken(left.min(recheck)).await {
                 break "woken";
@@ -176,7 +176,7 @@ fn claimable_workflows(
 
 /// 429: `token` already has `cap` claim requests waiting.
 fn too_many_waiting(token: &str, cap: usize) -> Response {
-    tracing::warn!(
+    tracing::info!(
         token,
         cap,
         "a claim request was refused: its token has too many waiting"
@@ -260,7 +260,7 @@ impl Looker<'_> {
 async fn checked(
     state: &AppState,
     claimed: Vec<PullClaim>,
-    now: i64,
+    now: Millis,
 ) -> Result<Vec<PullClaim>, ApiError> {
     let live = state.live.current();
     let mut claims = Vec::with_capacity(claimed.len());
