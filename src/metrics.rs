@@ -4,7 +4,7 @@
 //! mailbox pollers), read at scrape time.
 //!
 //! Invariant: labels come only from bounded sets (outcomes, source kinds, configured source,
-//! target and workflow names, run statuses); never tenant, entity or delivery ids.
+//! target, workflow and token names, run statuses); never tenant, entity or delivery ids.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -72,6 +72,20 @@ pub struct WriterLabel {
     pub writer: String,
 }
 
+/// A configured token's name (`api_token` for `server.api_token_env`), and what started a
+/// pull claim transaction: `request` (a claim request's first look), `woken` (new work of
+/// one of its workflows) or `recheck` (the periodic look found work due).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PullClaimLabels {
+    pub token: String,
+    pub cause: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabel {
+    pub token: String,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: &'static str,
@@ -98,6 +112,8 @@ pub struct Metrics {
     pub dispatch_claims: Family<ClaimLabels, Counter>,
     pub dispatch_claim_passes: Family<ClaimPassLabels, Counter>,
     pub dead_letters: Family<TargetLabel, Counter>,
+    pub pull_claim_transactions: Family<PullClaimLabels, Counter>,
+    pub pull_waiting: Family<TokenLabel, Gauge>,
     // Read at scrape time.
     pub writer_queue_depth: Family<WriterLabel, Gauge>,
     pub pending_dispatches: Family<TargetLabel, Gauge>,
@@ -191,6 +207,19 @@ impl Metrics {
             "Runs dead-lettered, by target",
             dead_letters.clone(),
         );
+        let pull_claim_transactions = Family::<PullClaimLabels, Counter>::default();
+        registry.register(
+            "pull_claim_transactions",
+            "Claim transactions pull workers' requests ran, by token and by what started them \
+             (request, woken, recheck)",
+            pull_claim_transactions.clone(),
+        );
+        let pull_waiting = Family::<TokenLabel, Gauge>::default();
+        registry.register(
+            "pull_waiting_claims",
+            "Claim requests waiting for work (long-polls), by token",
+            pull_waiting.clone(),
+        );
         let writer_queue_depth = Family::<WriterLabel, Gauge>::default();
         registry.register(
             "intake_writer_queue_depth",
@@ -257,6 +286,8 @@ impl Metrics {
             dispatch_claims,
             dispatch_claim_passes,
             dead_letters,
+            pull_claim_transactions,
+            pull_waiting,
             writer_queue_depth,
             pending_dispatches,
             oldest_pending_seconds,
@@ -313,6 +344,25 @@ impl Metrics {
     pub fn batch(&self, size: usize, took: Duration) {
         self.batch_size.observe(size as f64);
         self.commit_seconds.observe(took.as_secs_f64());
+    }
+
+    /// `token` has `count` claim requests waiting for work.
+    pub fn pull_waiting(&self, token: &str, count: usize) {
+        self.pull_waiting
+            .get_or_create(&TokenLabel {
+                token: token.to_owned(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// A pull claim request of `token` ran a claim transaction, started by `cause`.
+    pub fn pull_claim_transaction(&self, token: &str, cause: &'static str) {
+        self.pull_claim_transactions
+            .get_or_create(&PullClaimLabels {
+                token: token.to_owned(),
+                cause,
+            })
+            .inc();
     }
 
     /// One run reached `status`.

@@ -43,12 +43,9 @@ pub enum RunError {
     },
     #[error("run `{0}` no longer holds its entity lease")]
     LeaseLost(String),
-    #[error("run `{run_id}` holds fencing token {current}, not {given}: this holder is stale")]
-    StaleToken {
-        run_id: String,
-        given: i64,
-        current: i64,
-    },
+    /// The current token is not named: a stale holder must not learn it and act anyway.
+    #[error("fencing token {given} is not the one run `{run_id}` holds now: this holder is stale")]
+    StaleToken { run_id: String, given: i64 },
     #[error("run `{run_id}` is {} (only dead_lettered runs can be redispatched)", status.as_str())]
     NotDeadLettered { run_id: String, status: RunStatus },
     #[error(transparent)]
@@ -96,7 +93,6 @@ async fn active_run<C: ConnectionTrait>(
         return Err(RunError::StaleToken {
             run_id: run.id,
             given: fencing_token,
-            current: run.fencing_token,
         });
     }
     if run.status.is_finished() {

@@ -382,7 +382,7 @@ async fn redispatch(
         .map_err(run_error)?
     {
         Redispatched::Queued { run, dispatch_id } => {
-            state.wake.runs_created();
+            state.wake.runs_created_in([run.workflow_id.as_str()]);
             tracing::info!(run_id = %run.id, %dispatch_id, token = %viewer.principal.name, "dead-lettered run redispatched from the console");
             Ok(Redirect::to(&format!("/ui/runs/{}?done=redispatched", run.id)).into_response())
         }

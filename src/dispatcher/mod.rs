@@ -11,6 +11,7 @@ mod handover;
 mod members;
 pub mod message;
 pub mod preclaim;
+pub mod pull_waiters;
 mod transports;
 pub mod writer_records;
 
@@ -36,8 +37,8 @@ use transports::{PushTarget, Transports};
 pub struct Wake {
     /// The push dispatcher (one waiter; a wake-up while it is busy is kept for later).
     pub dispatcher: Notify,
-    /// Pull workers long-polling `POST /v1/claims` (every waiter).
-    pub pull: Notify,
+    /// Pull workers long-polling `POST /v1/claims`, woken by workflow.
+    pub pull: pull_waiters::PullWaiters,
     /// Dispatches the SQLite intake writer claimed for this dispatcher ([`preclaim`]).
     pub preclaims: preclaim::PreClaims,
     /// Delivered and retried attempts the SQLite intake writer records in its next batch
@@ -46,10 +47,18 @@ pub struct Wake {
 }
 
 impl Wake {
-    /// New runs are in the outbox.
+    /// New runs are in the outbox, of workflows this caller does not know (a wait timer's
+    /// pass): the dispatcher looks. No pull waiter is woken, since it might be another
+    /// tenant's; waiters find such runs on their periodic look.
     pub fn runs_created(&self) {
         self.dispatcher.notify_one();
-        self.pull.notify_waiters();
+    }
+
+    /// New runs are in the outbox, one entry of `workflows` per run: the dispatcher looks,
+    /// and only pull waiters of those workflows are woken, one per run.
+    pub fn runs_created_in<'a>(&self, workflows: impl IntoIterator<Item = &'a str>) {
+        self.dispatcher.notify_one();
+        self.pull.work_for(workflows);
     }
 }
 

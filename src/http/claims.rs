@@ -2,23 +2,32 @@
 //! then extend or release their claim; finishing the run (`/v1/runs/{id}/finish`) ends it.
 //! A claim not extended before it expires goes back to pending; one run is claimed by one
 //! worker at a time, across replicas (`SKIP LOCKED`).
+//!
+//! A waiting claim is woken only by work of its own workflows ([`crate::dispatcher::pull_waiters`])
+//! and runs a claim transaction only when woken or when a read finds a run due.
 
 use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use switchyard_router::now_millis;
+use switchyard_dispatch::schedule::jitter;
+use switchyard_router::entities::dispatch;
 use switchyard_router::outbox::{self, ClaimError, ClaimedRun, PullClaim, PullTarget};
+use switchyard_router::{Millis, now_millis};
+use tokio::time::Instant;
 
 use super::auth::Principal;
 use super::{ApiError, AppState, millis_to_rfc3339};
 use crate::config::{ResolvedTarget, Scope};
 use crate::dispatcher::message;
+use crate::dispatcher::pull_waiters::AtCap;
 use crate::telemetry::DispatchSpan;
 
 pub fn router() -> Router<AppState> {
@@ -32,8 +41,23 @@ pub fn router() -> Router<AppState> {
 const MAX_WAIT: Duration = Duration::from_secs(60);
 /// Most runs one claim request may take.
 const MAX_CLAIM: u64 = 100;
-/// How often a waiting claim looks again without a wake-up (work routed by another replica).
-const RECHECK: Duration = Duration::from_millis(200);
+/// Most distinct workflows one claim request may name. Far more than a worker runs; every name
+/// is a bound variable of the claim's query (40,000 were past SQLite's limit, a 503).
+const MAX_WORKFLOWS: usize = 1_000;
+/// Most claim requests of one token that may wait for work at once: each holds a connection
+/// and a task. Past it a token gets 429 (`too_many_waiting_claims`); a claim without `wait`
+/// is never refused for it.
+const MAX_WAITING_PER_TOKEN: usize = 64;
+/// How often waiting claims look for work nobody woke them for: runs another replica routed,
+/// a claim that lapsed or a release delay that ended there, a run a wait's timer resumed, a
+/// `max_running` slot a run's end freed. Each workflow is looked at by one of its waiters per
+/// period, with a read; a claim transaction only when the read finds a run due. Runs of this
+/// daemon's own intake, resumes, releases and redispatches wake the waiters of their workflow
+/// at once.
+const RECHECK: Duration = Duration::from_secs(2);
+/// Longest a released run may be kept from being claimed again: a worker's back-off, not a
+/// way to park an entity (its lease is kept alive while the run waits).
+const MAX_RELEASE_DELAY: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,27 +76,9 @@ async fn claim(
     State(state): State<AppState>,
     principal: Principal,
     body: Result<Json<ClaimRequest>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     principal.require(Scope::RunsWrite)?;
-    let Json(mut request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    if request.workflows.is_empty() {
-        return Err(ApiError::BadRequest(
-            "`workflows` must name at least one workflow".into(),
-        ));
-    }
-    if principal.tenants().is_some() {
-        // Runs are claimed by workflow; a tenant-limited worker gets only its tenants'
-        // workflows (others claim nothing, as unknown workflows do).
-        let live = state.live.current();
-        request.workflows.retain(|id| {
-            live.workflows
-                .iter()
-                .any(|w| &w.id == id && principal.sees(&w.tenant_id))
-        });
-        if request.workflows.is_empty() {
-            return Ok(Json(json!({ "claims": [] })));
-        }
-    }
+    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let max = request.max.unwrap_or(1);
     if !(1..=MAX_CLAIM).contains(&max) {
         return Err(ApiError::BadRequest(format!(
@@ -86,68 +92,213 @@ async fn claim(
             humantime::format_duration(MAX_WAIT)
         )));
     }
-    let deadline = tokio::time::Instant::now() + wait;
+    let workflows = claimable_workflows(&state, &principal, request.workflows)?;
+    let looker = Looker {
+        state: &state,
+        token: &principal.name,
+        workflows: &workflows,
+        max,
+    };
+    if workflows.is_empty() {
+        return Ok(Json(json!({ "claims": [] })).into_response());
+    }
+    if wait.is_zero() {
+        let (claims, _) = looker.look("request").await?;
+        return answer(&state, claims).await;
+    }
+    let pull = &state.wake.pull;
+    let waiting = match pull.wait_on(&principal.name, workflows.clone(), MAX_WAITING_PER_TOKEN) {
+        Ok(waiting) => waiting,
+        Err(AtCap { cap }) => return Ok(too_many_waiting(&principal.name, cap)),
+    };
+    let deadline = Instant::now() + wait;
+    let mut cause = "request";
     loop {
-        // Registered before looking, so a commit between the look and the wait still wakes us.
-        let woken = state.wake.pull.notified();
-        let targets = pull_targets(&state);
-        let now = now_millis();
-        let capped = state.live.current().max_running.clone();
-        let claimed =
-            outbox::claim_pull(&state.db, &targets, &request.workflows, max, now, &capped).await?;
-        let any_claimed = !claimed.is_empty();
-        // The principal is checked again before the worker sees the run (`authority_revoked`).
+        // Registered before the first look: work committed during a look wakes the next wait.
+        waiting.take_wake();
+        let (claims, took_max) = looker.look(cause).await?;
+        if !claims.is_empty() {
+            if took_max {
+                waiting.pass_on();
+            }
+            return answer(&state, claims).await;
+        }
+        cause = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            // Spread, so waiters that came together do not all wake together.
+            let recheck = RECHECK.mul_f64(1.0 + 0.25 * jitter());
+            if waiting.woken(left.min(recheck)).await {
+                break "woken";
+            }
+            let unlooked = waiting.to_look_at(RECHECK);
+            if !unlooked.is_empty() && looker.work_due(&unlooked).await? {
+                break "recheck";
+            }
+            if Instant::now() >= deadline {
+                return Ok(Json(json!({ "claims": [] })).into_response());
+            }
+        };
+    }
+}
+
+/// The distinct workflows of a claim request the caller may claim: at most
+/// [`MAX_WORKFLOWS`]; a tenant-limited token's names of other tenants' workflows are dropped.
+fn claimable_workflows(
+    state: &AppState,
+    principal: &Principal,
+    mut workflows: Vec<String>,
+) -> Result<Vec<String>, ApiError> {
+    if workflows.is_empty() {
+        return Err(ApiError::BadRequest(
+            "`workflows` must name at least one workflow".into(),
+        ));
+    }
+    workflows.sort_unstable();
+    workflows.dedup();
+    if workflows.len() > MAX_WORKFLOWS {
+        return Err(ApiError::BadRequest(format!(
+            "`workflows` names {} distinct workflows; a claim may name at most {MAX_WORKFLOWS}",
+            workflows.len()
+        )));
+    }
+    if principal.tenants().is_some() {
+        // Runs are claimed by workflow; a tenant-limited worker gets only its tenants'
+        // workflows (others claim nothing, as unknown workflows do).
         let live = state.live.current();
-        let mut claims = Vec::with_capacity(claimed.len());
-        for claim in claimed {
-            let revoked = crate::authority::revoke_if_refused(
+        workflows.retain(|id| {
+            live.workflows
+                .iter()
+                .any(|w| &w.id == id && principal.sees(&w.tenant_id))
+        });
+    }
+    Ok(workflows)
+}
+
+/// 429: `token` already has `cap` claim requests waiting.
+fn too_many_waiting(token: &str, cap: usize) -> Response {
+    tracing::info!(
+        token,
+        cap,
+        "a claim request was refused: its token has too many waiting"
+    );
+    let detail = format!(
+        "token `{token}` already has {cap} claim requests waiting for work, the most one token \
+         may have; retry when one returns, or claim without `wait`"
+    );
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, "1")],
+        Json(json!({ "error": "too_many_waiting_claims", "detail": detail })),
+    )
+        .into_response()
+}
+
+async fn answer(state: &AppState, claims: Vec<PullClaim>) -> Result<Response, ApiError> {
+    Ok(Json(json!({ "claims": claim_views(state, claims).await? })).into_response())
+}
+
+/// One claim request's looks for work.
+struct Looker<'a> {
+    state: &'a AppState,
+    token: &'a str,
+    workflows: &'a [String],
+    max: u64,
+}
+
+impl Looker<'_> {
+    /// One claim transaction (again at once if every run it claimed ended at the checks):
+    /// the runs claimed, and whether it took as many as asked (then more may be due).
+    async fn look(&self, cause: &'static str) -> Result<(Vec<PullClaim>, bool), ApiError> {
+        let state = self.state;
+        loop {
+            crate::metrics::metrics().pull_claim_transaction(self.token, cause);
+            let targets = pull_targets(state);
+            let now = now_millis();
+            let live = state.live.current();
+            let claimed = outbox::claim_pull(
                 &state.db,
-                &live.authority,
-                &claim.claimed.run,
+                &targets,
+                self.workflows,
+                self.max,
+                now,
+                &live.max_running,
+            )
+            .await?;
+            let took_max = claimed.len() as u64 == self.max;
+            let any_claimed = !claimed.is_empty();
+            let claims = checked(state, claimed, now).await?;
+            // Every run claimed ended at the checks: look again at once for others.
+            if any_claimed && claims.is_empty() {
+                continue;
+            }
+            return Ok((claims, took_max));
+        }
+    }
+
+    /// Whether a run of `workflows` is due on a pull target: a read, so a waiter that nobody
+    /// woke costs no write transaction when there is nothing to claim.
+    async fn work_due(&self, workflows: &[String]) -> Result<bool, ApiError> {
+        let targets: Vec<String> = pull_targets(self.state)
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        if targets.is_empty() {
+            return Ok(false);
+        }
+        let filter = sea_orm::Condition::all()
+            .add(dispatch::Column::Target.is_in(targets))
+            .add(dispatch::Column::WorkflowId.is_in(workflows.iter().cloned()));
+        Ok(outbox::due(filter, now_millis(), 1)
+            .one(&self.state.db)
+            .await?
+            .is_some())
+    }
+}
+
+/// The principal is checked again before the worker sees a run (`authority_revoked`), and the
+/// run's own `max_attempts` budget: the runs claimed that pass both.
+async fn checked(
+    state: &AppState,
+    claimed: Vec<PullClaim>,
+    now: Millis,
+) -> Result<Vec<PullClaim>, ApiError> {
+    let live = state.live.current();
+    let mut claims = Vec::with_capacity(claimed.len());
+    for claim in claimed {
+        let revoked = crate::authority::revoke_if_refused(
+            &state.db,
+            &live.authority,
+            &claim.claimed.run,
+            now,
+        )
+        .await
+        .map_err(super::runs::run_error)?;
+        if revoked {
+            continue;
+        }
+        // The run's own `max_attempts` budget, when lower than the target's `max_claims`.
+        let budget = crate::bounds::budgets_of(&claim.claimed.run)
+            .get(crate::config::MAX_ATTEMPTS)
+            .and_then(Value::as_i64)
+            .unwrap_or(i64::MAX);
+        if i64::from(claim.claimed.dispatch.attempts) > budget {
+            let detail = format!("claimed {budget} times without finishing (its budget)");
+            switchyard_router::bounded::end(
+                &state.db,
+                &claim.claimed.run.id,
+                switchyard_router::entities::run::RunStatus::DeadLettered,
+                "max_attempts",
+                Some(detail),
                 now,
             )
             .await
             .map_err(super::runs::run_error)?;
-            if revoked {
-                continue;
-            }
-            // The run's own `max_attempts` budget, when lower than the target's `max_claims`.
-            let budget = crate::bounds::budgets_of(&claim.claimed.run)
-                .get(crate::config::MAX_ATTEMPTS)
-                .and_then(Value::as_i64)
-                .unwrap_or(i64::MAX);
-            if i64::from(claim.claimed.dispatch.attempts) > budget {
-                let detail = format!("claimed {budget} times without finishing (its budget)");
-                switchyard_router::bounded::end(
-                    &state.db,
-                    &claim.claimed.run.id,
-                    switchyard_router::entities::run::RunStatus::DeadLettered,
-                    "max_attempts",
-                    Some(detail),
-                    now,
-                )
-                .await
-                .map_err(super::runs::run_error)?;
-                crate::metrics::metrics().run_finished("dead_lettered");
-                continue;
-            }
-            claims.push(claim);
-        }
-        if any_claimed && claims.is_empty() {
-            // Every run claimed was revoked: look again at once for others.
+            crate::metrics::metrics().run_finished("dead_lettered");
             continue;
         }
-        if !claims.is_empty() {
-            return Ok(Json(
-                json!({ "claims": claim_views(&state, claims).await? }),
-            ));
-        }
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return Ok(Json(json!({ "claims": [] })));
-        }
-        let _ = tokio::time::timeout((deadline - now).min(RECHECK), woken).await;
+        claims.push(claim);
     }
+    Ok(claims)
 }
 
 fn pull_targets(state: &AppState) -> Vec<PullTarget> {
@@ -235,8 +386,6 @@ async fn find_claim(
     principal: &Principal,
     token: &str,
 ) -> Result<String, ApiError> {
-    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
-    use switchyard_router::entities::dispatch;
     let row = dispatch::Entity::find()
         .filter(dispatch::Column::ClaimToken.eq(token))
         .one(&state.db)
@@ -254,7 +403,7 @@ async fn find_claim(
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReleaseRequest {
-    /// When the run may be claimed again (default at once).
+    /// When the run may be claimed again (default at once; at most 1h).
     #[serde(default, with = "humantime_serde")]
     delay: Option<Duration>,
 }
@@ -266,14 +415,31 @@ async fn release(
     body: Result<Option<Json<ReleaseRequest>>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::RunsWrite)?;
-    find_claim(&state, &principal, &token).await?;
     let body = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let request = body.map(|Json(r)| r).unwrap_or_default();
-    let delay = millis(request.delay.unwrap_or_default());
-    let (dispatch, due_at) = outbox::release_claim(&state.db, &token, delay, now_millis())
+    let delay = request.delay.unwrap_or_default();
+    if delay > MAX_RELEASE_DELAY {
+        return Err(ApiError::BadRequest(format!(
+            "`delay` must be at most {}, not {}",
+            humantime::format_duration(MAX_RELEASE_DELAY),
+            humantime::format_duration(delay)
+        )));
+    }
+    find_claim(&state, &principal, &token).await?;
+    let (dispatch, due_at) = outbox::release_claim(&state.db, &token, millis(delay), now_millis())
         .await
         .map_err(claim_error)?;
-    state.wake.pull.notify_waiters();
+    // The run is claimable again once the delay is over: a waiter of its workflow is woken then.
+    let wake = state.wake.clone();
+    let workflow = dispatch.workflow_id.clone();
+    if delay.is_zero() {
+        wake.pull.work_for([workflow.as_str()]);
+    } else {
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            wake.pull.work_for([workflow.as_str()]);
+        });
+    }
     Ok(Json(json!({
         "run_id": dispatch.run_id,
         "pending_again_at": millis_to_rfc3339(due_at),

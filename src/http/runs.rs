@@ -339,6 +339,16 @@ pub(crate) async fn finish_run(
         .await
         .map_err(ended_by_daemon)?;
     crate::metrics::metrics().run_finished(run.status.as_str());
+    // Its end freed a `max_running` slot: a waiting pull worker of its workflow may claim.
+    let capped = state
+        .live
+        .current()
+        .max_running
+        .iter()
+        .any(|c| c.workflow_id == run.workflow_id);
+    if capped {
+        state.wake.pull.work_for([run.workflow_id.as_str()]);
+    }
     tracing::info!(run_id = %run.id, tenant_id = %run.tenant_id, status = run.status.as_str(), token = %principal.name, "run finished and released its lock");
     Ok(run)
 }
@@ -370,7 +380,7 @@ async fn redispatch(
         .map_err(run_error)?
     {
         Redispatched::Queued { run, dispatch_id } => {
-            state.wake.runs_created();
+            state.wake.runs_created_in([run.workflow_id.as_str()]);
             tracing::info!(run_id = %run.id, %dispatch_id, fencing_token = run.fencing_token, "dead-lettered run redispatched");
             let mut view = serde_json::to_value(RunView::from(*run)).unwrap_or_default();
             view["dispatch_id"] = json!(dispatch_id);

@@ -344,7 +344,10 @@ pub(crate) async fn submit_resume(
         let decided = resume::resume(&db, &live, &delivery, &claim, now_millis()).await;
         if let Ok(resolved) = &decided {
             if resolved.resumed {
-                wake.runs_created();
+                match resolved.answer.workflow_id.as_deref() {
+                    Some(workflow) => wake.runs_created_in([workflow]),
+                    None => wake.runs_created(),
+                }
             }
             let answer = &resolved.answer;
             tracing::info!(

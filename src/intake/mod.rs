@@ -317,7 +317,12 @@ fn answer_all(mut batch: Vec<Pending>, committed: decide::Committed, signals: &S
         metrics.runs_created.inc_by(routed as u64);
         // Runs the writer claimed for this daemon's dispatcher need no claim pass.
         if routed > handed_over {
-            signals.wake.runs_created();
+            signals.wake.runs_created_in(
+                answers
+                    .iter()
+                    .filter(|a| a.outcome == Outcome::Routed)
+                    .filter_map(|a| a.workflow_id.as_deref()),
+            );
         }
     }
     for (pending, answer) in batch.into_iter().zip(answers) {

@@ -88,12 +88,9 @@ pub fn check_id(field: &str, value: &str) -> Result<(), String> {
 pub enum OpenError {
     #[error("no run with id `{0}`")]
     NotFound(String),
-    #[error("run `{run_id}` holds fencing token {current}, not {given}: this holder is stale")]
-    StaleToken {
-        run_id: String,
-        given: i64,
-        current: i64,
-    },
+    /// The current token is not named: a stale holder must not learn it and act anyway.
+    #[error("fencing token {given} is not the one run `{run_id}` holds now: this holder is stale")]
+    StaleToken { run_id: String, given: i64 },
     #[error("run `{0}` no longer holds its entity lease")]
     LeaseLost(String),
     #[error("run `{run_id}` is {status}: only a dispatched run can open a wait")]
@@ -132,7 +129,6 @@ pub async fn open(
         return Err(OpenError::StaleToken {
             run_id: run.id,
             given: request.fencing_token,
-            current: run.fencing_token,
         });
     }
     // A push worker may open its wait before the dispatcher recorded the delivery (the run is
