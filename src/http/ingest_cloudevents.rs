@@ -2,17 +2,21 @@
 //! mode). Authenticated before parsing, by a Standard Webhooks signature over the raw body or
 //! the daemon's API token; translated by the CloudEvents adapter; answered after the commit.
 //! Batched mode and requests that are no CloudEvent are 415, recorded nowhere.
+//!
+//! A signed request is identified by its signed `webhook-id` (`switchyard_cloudevents::identity`):
+//! binary mode's `ce-*` headers are outside the signature, so a captured request resent with
+//! new ones is a `duplicate`, never a second run.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use switchyard_cloudevents::Signed;
 use switchyard_core::Outcome;
 use uuid::Uuid;
 
+use super::ingest_body::{self, UnverifiedBudget};
 use super::intake_answer::{self, Style};
 use super::{ApiError, AppState};
 use crate::config::{ResolvedSource, Scope};
@@ -34,26 +38,36 @@ fn header_pairs(headers: &HeaderMap) -> Vec<(&str, &str)> {
 async fn ingest(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Extension(budget): Extension<UnverifiedBudget>,
+    request: Request,
 ) -> Response {
     let live = state.live.current();
-    let Some(ResolvedSource::CloudEvents { config, key }) = live.source("cloudevents", &name)
-    else {
-        return ApiError::NotFound(format!("no cloudevents source named `{name}`")).into_response();
+    let received =
+        ingest_body::receive(
+            &budget,
+            &live,
+            "cloudevents",
+            &name,
+            request,
+            |source| match source {
+                ResolvedSource::CloudEvents { config, key } => Some((config, key)),
+                _ => None,
+            },
+        )
+        .await;
+    let ((config, key), request) = match received {
+        Ok(received) => received,
+        Err(refused) => return refused,
     };
-    let body = match intake_answer::body(body, &state) {
-        Ok(body) => body,
-        Err(error) => return error.into_response(),
-    };
-    let pairs = header_pairs(&headers);
+    let (headers, body) = (&request.headers, request.body.clone());
+    let pairs = header_pairs(headers);
     let unauthorized = |detail: String| {
         tracing::warn!(source = %name, %detail, outcome = "unauthorized_source", "cloudevents delivery refused");
         intake_answer::refuse(Outcome::UnauthorizedSource, detail, Style::Standard)
     };
     // A token with `events:write` for the source's tenant, or the source's signature; a
     // token that is wrong or lacks the right is refused outright, never retried as a signature.
-    match (super::auth::bearer_principal(&headers, &live), key) {
+    let signed = match (super::auth::bearer_principal(headers, &live), key) {
         (Some(Some(principal)), _) => {
             if let Err(error) = principal.require(Scope::EventsWrite) {
                 return error.into_response();
@@ -69,18 +83,20 @@ async fn ingest(
                 }
                 .into_response();
             }
+            None
         }
         (Some(None), _) => return unauthorized("bad_token: unknown bearer token".into()),
         (None, Some(key)) => {
             let now = chrono::Utc::now().timestamp();
-            if let Err(error) = switchyard_cloudevents::verify(
+            match switchyard_cloudevents::verify(
                 &pairs[..],
                 &body,
                 key,
                 config.timestamp_tolerance,
                 now,
             ) {
-                return unauthorized(format!("{}: {error}", error.detail()));
+                Ok(signed) => Some(signed),
+                Err(error) => return unauthorized(format!("{}: {error}", error.detail())),
             }
         }
         (None, None) => {
@@ -90,7 +106,7 @@ async fn ingest(
                  (Authorization: Bearer) are accepted"
             ));
         }
-    }
+    };
     let intake_id = Uuid::now_v7();
     let parsed = switchyard_cloudevents::parse(&pairs[..], &body);
     let content_type = headers
@@ -111,10 +127,13 @@ async fn ingest(
             response.extensions_mut().insert(Outcome::InvalidEvent);
             return response;
         }
+        // Unreadable: a signed request is still its message, whatever its headers say.
         Err(error) => Delivery::new(
             intake_id,
             name,
-            digest_id(&body),
+            signed
+                .as_ref()
+                .map_or_else(|| digest_id(&body), Signed::delivery_id),
             DeliveryBody::Invalid {
                 detail: format!("{}: {error}", error.detail()),
             },
@@ -127,25 +146,23 @@ async fn ingest(
                 let tracestate = event.extensions.get("tracestate").and_then(|v| v.as_str());
                 crate::telemetry::adopt(traceparent, tracestate);
             }
-            match switchyard_cloudevents::normalize(&event, config, &Delivery::raw_ref(intake_id)) {
-                Ok(normalized) => Delivery::new(
-                    intake_id,
-                    name,
-                    normalized.delivery_id,
-                    normalized.disposition.into(),
-                ),
+            let identity = switchyard_cloudevents::identity(&event, signed.as_ref());
+            let body = match switchyard_cloudevents::normalize(
+                &event,
+                config,
+                &Delivery::raw_ref(intake_id),
+            ) {
+                Ok(normalized) => normalized.disposition.into(),
                 Err(error) if error.is_unauthorized() => {
                     return unauthorized(format!("{}: {error}", error.detail()));
                 }
-                Err(error) => Delivery::new(
-                    intake_id,
-                    name,
-                    switchyard_cloudevents::delivery_id(&event.source, &event.id),
-                    DeliveryBody::Invalid {
-                        detail: format!("{}: {error}", error.detail()),
-                    },
-                ),
-            }
+                Err(error) => DeliveryBody::Invalid {
+                    detail: format!("{}: {error}", error.detail()),
+                },
+            };
+            let mut delivery = Delivery::new(intake_id, name, identity.delivery_id, body);
+            delivery.message_key = identity.message_key;
+            delivery
         }
     };
     delivery.raw = Some(Raw {
