@@ -29,6 +29,7 @@ mod e2e {
     mod replay;
     mod retention;
     mod revisions;
+    mod security_edge;
     mod shadow;
     mod slack;
     mod spine;
