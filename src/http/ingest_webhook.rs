@@ -98,7 +98,7 @@ async fn ingest(
         Err(error) => Delivery::new(
             intake_id,
             name,
-            ids.unnamed_delivery_id(body),
+            ids.invalid_delivery_id(body),
             DeliveryBody::Invalid {
                 detail: format!("{}: {error}", error.detail()),
             },

@@ -106,9 +106,19 @@ impl RequestIds<'_> {
             .filter(|id| !id.is_empty() && id.chars().count() <= MAX_ID_LEN)
     }
 
-    /// The delivery id of a body that names none itself (a trigger body, or one that cannot
-    /// be read): the signed parts, else the invocation, else the body's digest.
-    pub fn unnamed_delivery_id(&self, body: &[u8]) -> String {
+    /// The delivery id of a body that [`normalize`] refused as `invalid_event`. It routes
+    /// nothing, so a signed one is named by its signed bytes alone: a copy, or a retry Zendesk
+    /// signed afresh, is the same delivery. Unsigned: the invocation, else the body's digest.
+    pub fn invalid_delivery_id(&self, body: &[u8]) -> String {
+        match (self.signed, self.invocation()) {
+            (None, Some(invocation)) => invocation.to_owned(),
+            _ => body_digest(body),
+        }
+    }
+
+    /// The delivery id of a trigger body: the signed parts, else the invocation, else the
+    /// body's digest.
+    fn trigger_delivery_id(&self, body: &[u8]) -> String {
         match (self.signed, self.invocation()) {
             (Some(signed), _) => signed.delivery_id(),
             (None, Some(invocation)) => invocation.to_owned(),
@@ -280,7 +290,7 @@ fn read_trigger(
         "the body's `ticket` has no `id`",
     ))?;
 
-    let delivery_id = ids.unnamed_delivery_id(body);
+    let delivery_id = ids.trigger_delivery_id(body);
 
     let event = match root.get("comment") {
         Some(Value::Object(comment)) => CommentPayload::read(comment).to_event(),

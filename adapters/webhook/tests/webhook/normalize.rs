@@ -157,6 +157,11 @@ fn a_signed_trigger_body_is_identified_by_its_signed_parts() {
     assert_ne!(retried.delivery_id, original.delivery_id);
     assert_eq!(retry_ids.retry_key(), ids(Some("inv-1")).retry_key());
 
+    // A body refused as invalid routes nothing: signed, its bytes alone name it.
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+    assert_eq!(ids(Some("inv-2")).invalid_delivery_id(&body), digest);
+    assert_eq!(retry_ids.invalid_delivery_id(&body), digest);
+
     // Without a signature there is no second key: the invocation is the delivery id.
     let unsigned = RequestIds {
         signed: None,
