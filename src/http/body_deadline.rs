@@ -150,7 +150,7 @@ mod tests {
         let deadline = deadline_in(Duration::from_millis(300));
         let started = Instant::now();
         let body = bounded(trickle(Duration::from_millis(50)), &deadline);
-        let error = body.collect().await.err().expect("cut off");
+        let error = body.collect().await.expect_err("cut off");
         assert!(error.is::<BodyTimedOut>(), "{error}");
         assert!(started.elapsed() >= Duration::from_millis(300));
         assert!(deadline.missed());

@@ -12,8 +12,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use switchyard_cloudevents::Signed;
+use switchyard_cloudevents::{CloudEventsSourceConfig, Signed};
 use switchyard_core::Outcome;
+use switchyard_core::standard_webhooks::SigningKey;
 use uuid::Uuid;
 
 use super::ingest_body::{self, UnverifiedBudget};
@@ -24,6 +25,16 @@ use crate::intake::{Answer, Delivery, DeliveryBody, Raw, digest_id};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/ingest/cloudevents/{name}", post(ingest))
+}
+
+/// The settings of a CloudEvents source.
+fn cloudevents_source(
+    source: &ResolvedSource,
+) -> Option<(&CloudEventsSourceConfig, &Option<SigningKey>)> {
+    match source {
+        ResolvedSource::CloudEvents { config, key } => Some((config, key)),
+        _ => None,
+    }
 }
 
 /// The request's headers as the adapter reads them. The whole map stays in the handler, so
@@ -42,19 +53,15 @@ async fn ingest(
     request: Request,
 ) -> Response {
     let live = state.live.current();
-    let received =
-        ingest_body::receive(
-            &budget,
-            &live,
-            "cloudevents",
-            &name,
-            request,
-            |source| match source {
-                ResolvedSource::CloudEvents { config, key } => Some((config, key)),
-                _ => None,
-            },
-        )
-        .await;
+    let received = ingest_body::receive(
+        &budget,
+        &live,
+        "cloudevents",
+        &name,
+        request,
+        cloudevents_source,
+    )
+    .await;
     let ((config, key), request) = match received {
         Ok(received) => received,
         Err(refused) => return refused,

@@ -12,7 +12,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use switchyard_core::Outcome;
-use switchyard_slack::SlackIntake;
+use switchyard_slack::{SlackIntake, SlackSourceConfig};
 use uuid::Uuid;
 
 use super::AppState;
@@ -33,18 +33,7 @@ async fn ingest(
 ) -> Response {
     let live = state.live.current();
     let received =
-        ingest_body::receive(
-            &budget,
-            &live,
-            "slack",
-            &name,
-            request,
-            |source| match source {
-                ResolvedSource::Slack { config, secret } => Some((config, secret)),
-                _ => None,
-            },
-        )
-        .await;
+        ingest_body::receive(&budget, &live, "slack", &name, request, slack_source).await;
     let ((config, secret), request) = match received {
         Ok(received) => received,
         Err(refused) => return refused,
@@ -126,6 +115,14 @@ async fn ingest(
         bytes: body,
     });
     intake_answer::submit(&state, delivery, Style::Slack).await
+}
+
+/// The settings of a Slack source.
+pub(super) fn slack_source(source: &ResolvedSource) -> Option<(&SlackSourceConfig, &String)> {
+    match source {
+        ResolvedSource::Slack { config, secret } => Some((config, secret)),
+        _ => None,
+    }
 }
 
 fn unauthorized(source: &str, error: &switchyard_slack::SlackError) -> Response {

@@ -16,7 +16,6 @@ use uuid::Uuid;
 use super::AppState;
 use super::ingest_body::{self, UnverifiedBudget};
 use super::intake_answer::{self, Style};
-use crate::config::ResolvedSource;
 use crate::intake::{Delivery, DeliveryBody, Raw, digest_id};
 use crate::waits::resume::ResumeClaim;
 
@@ -31,19 +30,15 @@ async fn ingest(
     request: Request,
 ) -> Response {
     let live = state.live.current();
-    let received =
-        ingest_body::receive(
-            &budget,
-            &live,
-            "slack",
-            &name,
-            request,
-            |source| match source {
-                ResolvedSource::Slack { config, secret } => Some((config, secret)),
-                _ => None,
-            },
-        )
-        .await;
+    let received = ingest_body::receive(
+        &budget,
+        &live,
+        "slack",
+        &name,
+        request,
+        super::ingest_slack::slack_source,
+    )
+    .await;
     let ((config, secret), request) = match received {
         Ok(received) => received,
         Err(refused) => return refused,

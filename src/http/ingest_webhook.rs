@@ -11,7 +11,7 @@ use axum::extract::{Extension, Path, Request, State};
 use axum::response::Response;
 use axum::routing::post;
 use switchyard_core::Outcome;
-use switchyard_webhook::{INVOCATION_ID_HEADER, RequestIds};
+use switchyard_webhook::{INVOCATION_ID_HEADER, RequestIds, WebhookSourceConfig};
 use uuid::Uuid;
 
 use super::AppState;
@@ -32,18 +32,7 @@ async fn ingest(
 ) -> Response {
     let live = state.live.current();
     let received =
-        ingest_body::receive(
-            &budget,
-            &live,
-            "webhook",
-            &name,
-            request,
-            |source| match source {
-                ResolvedSource::Webhook { config, secret } => Some((config, secret)),
-                _ => None,
-            },
-        )
-        .await;
+        ingest_body::receive(&budget, &live, "webhook", &name, request, webhook_source).await;
     let ((config, secret), request) = match received {
         Ok(received) => received,
         Err(refused) => return refused,
@@ -110,4 +99,12 @@ async fn ingest(
         bytes: request.body.clone(),
     });
     intake_answer::submit(&state, delivery, Style::Webhook).await
+}
+
+/// The settings of a webhook source.
+fn webhook_source(source: &ResolvedSource) -> Option<(&WebhookSourceConfig, &Option<String>)> {
+    match source {
+        ResolvedSource::Webhook { config, secret } => Some((config, secret)),
+        _ => None,
+    }
 }
