@@ -89,6 +89,17 @@ pub async fn receive<'l, S>(
     ))
 }
 
+/// A message key as the store holds it: one longer than its keys (a CloudEvent's `(source, id)`
+/// can be any length) is replaced by its digest, which identifies it just as well, as
+/// `Delivery::new` does for delivery ids.
+pub fn stored_message_key(key: String) -> String {
+    if key.len() <= crate::store::MAX_KEY_LEN && !key.contains('\0') {
+        key
+    } else {
+        crate::intake::digest_id(key.as_bytes())
+    }
+}
+
 /// Bytes of unverified bodies (signed endpoints read the whole body before they can check its
 /// signature) buffered at once across all connections, and by each client address. Handlers
 /// find it in their request's extensions (the ingest router's layer puts it there).

@@ -168,7 +168,7 @@ async fn ingest(
                 },
             };
             let mut delivery = Delivery::new(intake_id, name, identity.delivery_id, body);
-            delivery.message_key = identity.message_key;
+            delivery.message_key = identity.message_key.map(ingest_body::stored_message_key);
             delivery
         }
     };

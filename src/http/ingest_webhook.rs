@@ -93,7 +93,7 @@ async fn ingest(
             },
         ),
     };
-    delivery.message_key = ids.retry_key();
+    delivery.message_key = ids.retry_key().map(ingest_body::stored_message_key);
     delivery.raw = Some(Raw {
         content_type: "application/json".into(),
         bytes: request.body.clone(),

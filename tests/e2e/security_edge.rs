@@ -636,7 +636,8 @@ async fn a_binary_cloudevent_resent_with_new_ce_headers_is_a_duplicate() {
         assert_eq!(ledger[0]["delivery_id"], "webhook-id:msg_edge_1");
         assert_eq!(ledger[0]["event"]["target_entity_id"], "ORDER-1");
 
-        // The publisher's next message, signed as such, is new work.
+        // The publisher's next messages, signed as such, are new work: one structured, one in
+        // binary mode with an id longer than the store's keys (kept as a digest).
         let (status, next) = read(
             cloudevent_request(daemon.client(), &daemon)
                 .send()
@@ -644,6 +645,27 @@ async fn a_binary_cloudevent_resent_with_new_ce_headers_is_a_duplicate() {
                 .expect("send"),
         )
         .await;
+        assert_eq!(
+            (status, next["outcome"].as_str()),
+            (StatusCode::OK, Some("routed")),
+            "{backend:?}: {next}"
+        );
+        let long =
+            switchyard_cloudevents::sign(&key, &"m".repeat(300), Utc::now().timestamp(), body);
+        let mut request = daemon
+            .client()
+            .post(daemon.url("/v1/ingest/cloudevents/bus"))
+            .header("content-type", "application/json")
+            .header("ce-specversion", "1.0")
+            .header("ce-source", "/shop")
+            .header("ce-id", "i".repeat(400))
+            .header("ce-type", "order.placed")
+            .header("ce-subject", unique("ORDER"))
+            .body(body.to_vec());
+        for (name, value) in &long {
+            request = request.header(*name, value);
+        }
+        let (status, next) = read(request.send().await.expect("send")).await;
         assert_eq!(
             (status, next["outcome"].as_str()),
             (StatusCode::OK, Some("routed")),
@@ -710,6 +732,28 @@ async fn a_zendesk_delivery_resent_with_new_invocation_ids_is_a_duplicate() {
             daemon.intake("source=zendesk").await.len(),
             1,
             "{backend:?}"
+        );
+
+        // An invocation id as long as the adapter takes still makes a storable second key.
+        let (status, long) = read(
+            zendesk_request(
+                client,
+                &daemon,
+                "zendesk",
+                ZENDESK_SECRET,
+                &ticket_body(),
+                Utc::now(),
+                &"v".repeat(255),
+            )
+            .send()
+            .await
+            .expect("send"),
+        )
+        .await;
+        assert_eq!(
+            (status, long["outcome"].as_str()),
+            (StatusCode::OK, Some("routed")),
+            "{backend:?}: {long}"
         );
 
         // The victims' own traffic: other tickets, other tenants.
