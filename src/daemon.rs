@@ -170,6 +170,7 @@ impl Daemon {
         let limits = crate::server::Limits {
             header_read_timeout: server.header_read_timeout,
             max_connections: crate::server::fit_connection_cap(server.max_connections),
+            max_connections_per_client: server.max_connections_per_client(),
             shutdown_timeout: server.shutdown_timeout,
         };
         let (stopping, stopped) = tokio::sync::watch::channel(false);

@@ -30,6 +30,7 @@ mod e2e {
     mod retention;
     mod revisions;
     mod security_access;
+    mod security_edge;
     mod security_pull;
     mod security_tenants;
     mod shadow;

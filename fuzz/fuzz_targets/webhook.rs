@@ -10,8 +10,8 @@
 use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
 use switchyard_webhook::{
-    INVOCATION_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookSourceConfig, normalize,
-    sign, verify,
+    INVOCATION_ID_HEADER, RequestIds, SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookSourceConfig,
+    normalize, sign, verify,
 };
 
 const SECRET: &[u8] = b"fuzz-signing-secret";
@@ -44,11 +44,20 @@ fuzz_target!(|data: &[u8]| {
 
     let now = DateTime::<Utc>::from_timestamp(NOW, 0).unwrap_or_default();
     let source = source(None);
-    if let Err(e) = verify(&headers[..], body, SECRET, source.timestamp_tolerance, now) {
-        let _ = (e.detail(), e.outcome(), e.to_string());
-    }
+    let signed = match verify(&headers[..], body, SECRET, source.timestamp_tolerance, now) {
+        Ok(signed) => Some(signed),
+        Err(e) => {
+            let _ = (e.detail(), e.outcome(), e.to_string());
+            None
+        }
+    };
+    let ids = RequestIds {
+        signed: signed.as_ref(),
+        invocation_id: invocation_id.as_deref(),
+    };
+    let _ = ids.retry_key();
     for source in [source, self::source(Some(22_129_848))] {
-        match normalize(body, invocation_id.as_deref(), &source, "raw:fuzz") {
+        match normalize(body, ids, &source, "raw:fuzz") {
             Ok(normalized) => assert!(!normalized.delivery_id.is_empty()),
             Err(e) => {
                 let _ = (e.detail(), e.outcome(), e.is_unauthorized(), e.to_string());

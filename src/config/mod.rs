@@ -94,7 +94,9 @@ pub struct ServerConfig {
         with = "humantime_serde"
     )]
     pub header_read_timeout: std::time::Duration,
-    /// Longest a client may take to send a request's body (default 10s); slower ones get 408.
+    /// Longest a client may take to send a whole request body, counted from the end of its
+    /// headers (default 10s): a deadline over the body, not an idle timeout between its bytes.
+    /// Slower ones get 408 and their connection is closed.
     #[serde(
         default = "ServerConfig::default_read_timeout",
         with = "humantime_serde"
@@ -105,9 +107,16 @@ pub struct ServerConfig {
     #[serde(default = "ServerConfig::default_max_connections")]
     pub max_connections: usize,
     /// Bytes of not-yet-verified request bodies (signed ingest endpoints) buffered at once,
-    /// across all connections (default 64 MiB); past it such requests get 503 + Retry-After.
+    /// across all connections (default 64 MiB); past it such requests get 503 `overloaded` +
+    /// Retry-After. Reserved only once the named source is known to exist.
     #[serde(default = "ServerConfig::default_unverified_body_budget")]
     pub unverified_body_budget: usize,
+    /// The largest share of `max_connections` and of `unverified_body_budget` one client
+    /// address (an IPv6 /64) may hold at once, from 0 to 1 (default 0.25; at least one
+    /// connection and one `body_limit`). Behind a reverse proxy every request comes from the
+    /// proxy's address: set 1.0 there and limit clients at the proxy.
+    #[serde(default = "ServerConfig::default_client_share")]
+    pub client_share: f64,
     /// Longest a shutdown waits for open requests before closing their connections
     /// (default 30s).
     #[serde(
@@ -144,6 +153,21 @@ impl ServerConfig {
     fn default_unverified_body_budget() -> usize {
         64 * 1024 * 1024
     }
+    fn default_client_share() -> f64 {
+        0.25
+    }
+
+    /// `client_share` of `max_connections`: at least one.
+    pub fn max_connections_per_client(&self) -> usize {
+        share_of(self.max_connections, self.client_share).max(1)
+    }
+
+    /// `client_share` of `unverified_body_budget`: at least one whole body, at most all of it.
+    pub fn unverified_body_per_client(&self) -> usize {
+        share_of(self.unverified_body_budget, self.client_share)
+            .max(self.body_limit)
+            .min(self.unverified_body_budget)
+    }
     fn default_shutdown_timeout() -> std::time::Duration {
         std::time::Duration::from_secs(30)
     }
@@ -160,10 +184,21 @@ impl Default for ServerConfig {
             body_read_timeout: Self::default_read_timeout(),
             max_connections: Self::default_max_connections(),
             unverified_body_budget: Self::default_unverified_body_budget(),
+            client_share: Self::default_client_share(),
             shutdown_timeout: Self::default_shutdown_timeout(),
             metrics_listen: None,
         }
     }
+}
+
+/// `share` of `total`, rounded up; a share outside 0..=1 (refused by `check`) counts as all.
+fn share_of(total: usize, share: f64) -> usize {
+    if !(share > 0.0 && share < 1.0) {
+        return total;
+    }
+    // Exact for any total below 2^53, far past what a connection cap or a budget can be.
+    let part = (total as f64 * share).ceil() as usize;
+    part.min(total)
 }
 
 /// How an acknowledged event survives a crash on SQLite.
@@ -387,6 +422,13 @@ impl Config {
         }
         if self.server.max_connections == 0 {
             problems.push("server.max_connections must be at least 1".into());
+        }
+        if !(self.server.client_share > 0.0 && self.server.client_share <= 1.0) {
+            problems.push(format!(
+                "server.client_share must be above 0 and at most 1 (a share of the connection \
+                 cap and of the unverified-body budget), not {}",
+                self.server.client_share
+            ));
         }
         if self.server.unverified_body_budget < self.server.body_limit {
             problems.push(

@@ -604,3 +604,37 @@ fn live_workflows_need_a_principal_of_their_tenant_with_the_capabilities() {
         "{error}"
     );
 }
+
+/// `client_share` is a share: refused outside (0, 1], applied with a floor of one connection
+/// and one whole body.
+#[test]
+fn client_share_is_a_share_with_floors() {
+    for bad in ["0", "1.5", "-0.25", "nan"] {
+        let error = parse(&format!("[server]\nclient_share = {bad}\n"))
+            .expect_err("invalid")
+            .to_string();
+        assert!(
+            error.contains("server.client_share must be above 0"),
+            "{bad}: {error}"
+        );
+    }
+    let server = ServerConfig {
+        max_connections: 16,
+        body_limit: 1024,
+        unverified_body_budget: 3000,
+        client_share: 0.1,
+        ..ServerConfig::default()
+    };
+    assert_eq!(server.max_connections_per_client(), 2, "rounded up");
+    assert_eq!(
+        server.unverified_body_per_client(),
+        1024,
+        "at least one body"
+    );
+    let whole = ServerConfig {
+        client_share: 1.0,
+        ..server
+    };
+    assert_eq!(whole.max_connections_per_client(), 16);
+    assert_eq!(whole.unverified_body_per_client(), 3000);
+}

@@ -42,6 +42,29 @@ impl ApiError {
             detail,
         }
     }
+
+    /// 503 `overloaded` + Retry-After: a bound on work in progress is reached (not the store);
+    /// `detail` names which.
+    pub fn overloaded(detail: String) -> Self {
+        ApiError::Refused {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            error: "overloaded",
+            detail,
+        }
+    }
+
+    /// 408 `request_timeout`: the body did not arrive within `server.body_read_timeout`. The
+    /// connection is closed after the answer.
+    pub fn body_timeout(timeout: std::time::Duration) -> Self {
+        ApiError::Refused {
+            status: StatusCode::REQUEST_TIMEOUT,
+            error: "request_timeout",
+            detail: format!(
+                "the request body did not arrive within {} (server.body_read_timeout)",
+                humantime::format_duration(timeout)
+            ),
+        }
+    }
 }
 
 /// Seconds a sender should wait before retrying after a 503.
@@ -71,13 +94,21 @@ impl IntoResponse for ApiError {
             Json(json!({"error": error, "detail": self.to_string()})),
         )
             .into_response();
-        if matches!(self, ApiError::TooLarge { .. }) {
-            // The rest of the body may be unread (past the drain in `oversize`, or a client
-            // waiting for `100 Continue`), so this connection carries no further request: say
-            // so, or a keep-alive client sends its next one into a closing socket.
+        if matches!(self, ApiError::TooLarge { .. }) || status == StatusCode::REQUEST_TIMEOUT {
+            // The rest of the body may be unread (past the drain in `oversize`, a client
+            // waiting for `100 Continue`, or one too slow), so this connection carries no
+            // further request: say so, or a keep-alive client sends its next one into a
+            // closing socket.
             response.headers_mut().insert(
                 header::CONNECTION,
                 header::HeaderValue::from_static("close"),
+            );
+        }
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            // An `overloaded` refusal: the sender retries, not before a second.
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from_static(RETRY_AFTER_SECS),
             );
         }
         if status == StatusCode::UNAUTHORIZED {

@@ -2,17 +2,22 @@
 //! mode). Authenticated before parsing, by a Standard Webhooks signature over the raw body or
 //! the daemon's API token; translated by the CloudEvents adapter; answered after the commit.
 //! Batched mode and requests that are no CloudEvent are 415, recorded nowhere.
+//!
+//! A signed request is identified by its signed `webhook-id` (`switchyard_cloudevents::identity`):
+//! binary mode's `ce-*` headers are outside the signature, so a captured request resent with
+//! new ones is a `duplicate`, never a second run.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use switchyard_cloudevents::{CloudEventsSourceConfig, Signed};
 use switchyard_core::Outcome;
+use switchyard_core::standard_webhooks::SigningKey;
 use uuid::Uuid;
 
+use super::ingest_body::{self, UnverifiedBudget};
 use super::intake_answer::{self, Style};
 use super::{ApiError, AppState};
 use crate::config::{ResolvedSource, Scope};
@@ -20,6 +25,16 @@ use crate::intake::{Answer, Delivery, DeliveryBody, Raw, digest_id};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/ingest/cloudevents/{name}", post(ingest))
+}
+
+/// The settings of a CloudEvents source.
+fn cloudevents_source(
+    source: &ResolvedSource,
+) -> Option<(&CloudEventsSourceConfig, &Option<SigningKey>)> {
+    match source {
+        ResolvedSource::CloudEvents { config, key } => Some((config, key)),
+        _ => None,
+    }
 }
 
 /// The request's headers as the adapter reads them. The whole map stays in the handler, so
@@ -34,19 +49,25 @@ fn header_pairs(headers: &HeaderMap) -> Vec<(&str, &str)> {
 async fn ingest(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Extension(budget): Extension<UnverifiedBudget>,
+    request: Request,
 ) -> Response {
     let live = state.live.current();
-    let Some(ResolvedSource::CloudEvents { config, key }) = live.source("cloudevents", &name)
-    else {
-        return ApiError::NotFound(format!("no cloudevents source named `{name}`")).into_response();
+    let received = ingest_body::receive(
+        &budget,
+        &live,
+        "cloudevents",
+        &name,
+        request,
+        cloudevents_source,
+    )
+    .await;
+    let ((config, key), request) = match received {
+        Ok(received) => received,
+        Err(refused) => return refused,
     };
-    let body = match intake_answer::body(body, &state) {
-        Ok(body) => body,
-        Err(error) => return error.into_response(),
-    };
-    let pairs = header_pairs(&headers);
+    let (headers, body) = (&request.headers, request.body.clone());
+    let pairs = header_pairs(headers);
     let unauthorized = |detail: String| {
         tracing::warn!(source = %name, %detail, outcome = "unauthorized_source", "cloudevents delivery refused");
         intake_answer::refuse(Outcome::UnauthorizedSource, detail, Style::Standard)
@@ -54,7 +75,7 @@ async fn ingest(
     // A token with `events:write` for the source's tenant, or the source's signature; a
     // token that is wrong or lacks the right is refused outright, never retried as a signature.
     // Who sent it, as a resume's actor is bound to: the token, or the signed source.
-    let caller = match (super::auth::bearer_principal(&headers, &live), key) {
+    let (signed, caller) = match (super::auth::bearer_principal(headers, &live), key) {
         (Some(Some(principal)), _) => {
             if let Err(error) = principal.require(Scope::EventsWrite) {
                 return error.into_response();
@@ -70,21 +91,21 @@ async fn ingest(
                 }
                 .into_response();
             }
-            principal.name
+            (None, principal.name)
         }
         (Some(None), _) => return unauthorized("bad_token: unknown bearer token".into()),
         (None, Some(key)) => {
             let now = chrono::Utc::now().timestamp();
-            if let Err(error) = switchyard_cloudevents::verify(
+            match switchyard_cloudevents::verify(
                 &pairs[..],
                 &body,
                 key,
                 config.timestamp_tolerance,
                 now,
             ) {
-                return unauthorized(format!("{}: {error}", error.detail()));
+                Ok(signed) => (Some(signed), format!("source:{name}")),
+                Err(error) => return unauthorized(format!("{}: {error}", error.detail())),
             }
-            format!("source:{name}")
         }
         (None, None) => {
             return unauthorized(format!(
@@ -114,10 +135,13 @@ async fn ingest(
             response.extensions_mut().insert(Outcome::InvalidEvent);
             return response;
         }
+        // Unreadable: a signed request is still its message, whatever its headers say.
         Err(error) => Delivery::new(
             intake_id,
             name,
-            digest_id(&body),
+            signed
+                .as_ref()
+                .map_or_else(|| digest_id(&body), Signed::delivery_id),
             DeliveryBody::Invalid {
                 detail: format!("{}: {error}", error.detail()),
             },
@@ -130,25 +154,23 @@ async fn ingest(
                 let tracestate = event.extensions.get("tracestate").and_then(|v| v.as_str());
                 crate::telemetry::adopt(traceparent, tracestate);
             }
-            match switchyard_cloudevents::normalize(&event, config, &Delivery::raw_ref(intake_id)) {
-                Ok(normalized) => Delivery::new(
-                    intake_id,
-                    name,
-                    normalized.delivery_id,
-                    normalized.disposition.into(),
-                ),
+            let identity = switchyard_cloudevents::identity(&event, signed.as_ref());
+            let body = match switchyard_cloudevents::normalize(
+                &event,
+                config,
+                &Delivery::raw_ref(intake_id),
+            ) {
+                Ok(normalized) => normalized.disposition.into(),
                 Err(error) if error.is_unauthorized() => {
                     return unauthorized(format!("{}: {error}", error.detail()));
                 }
-                Err(error) => Delivery::new(
-                    intake_id,
-                    name,
-                    switchyard_cloudevents::delivery_id(&event.source, &event.id),
-                    DeliveryBody::Invalid {
-                        detail: format!("{}: {error}", error.detail()),
-                    },
-                ),
-            }
+                Err(error) => DeliveryBody::Invalid {
+                    detail: format!("{}: {error}", error.detail()),
+                },
+            };
+            let mut delivery = Delivery::new(intake_id, name, identity.delivery_id, body);
+            delivery.message_key = identity.message_key.map(ingest_body::stored_message_key);
+            delivery
         }
     };
     delivery.raw = Some(Raw {

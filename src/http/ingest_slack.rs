@@ -7,18 +7,17 @@
 //! is a `duplicate`, so one message makes at most one run.
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Extension, Path, Request, State};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use switchyard_core::Outcome;
-use switchyard_slack::SlackIntake;
+use switchyard_slack::{SlackIntake, SlackSourceConfig};
 use uuid::Uuid;
 
+use super::AppState;
+use super::ingest_body::{self, UnverifiedBudget};
 use super::intake_answer::{self, Style};
-use super::{ApiError, AppState};
 use crate::config::ResolvedSource;
 use crate::intake::{Delivery, DeliveryBody, Raw, digest_id};
 
@@ -29,18 +28,18 @@ pub fn router() -> Router<AppState> {
 async fn ingest(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Extension(budget): Extension<UnverifiedBudget>,
+    request: Request,
 ) -> Response {
     let live = state.live.current();
-    let Some(ResolvedSource::Slack { config, secret }) = live.source("slack", &name) else {
-        return ApiError::NotFound(format!("no slack source named `{name}`")).into_response();
+    let received =
+        ingest_body::receive(&budget, &live, "slack", &name, request, slack_source).await;
+    let ((config, secret), request) = match received {
+        Ok(received) => received,
+        Err(refused) => return refused,
     };
-    let body = match intake_answer::body(body, &state) {
-        Ok(body) => body,
-        Err(error) => return error.into_response(),
-    };
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let body = request.body.clone();
+    let header = |name: &str| request.headers.get(name).and_then(|v| v.to_str().ok());
     if let Err(error) = switchyard_slack::verify(
         header("x-slack-request-timestamp"),
         header("x-slack-signature"),
@@ -116,6 +115,14 @@ async fn ingest(
         bytes: body,
     });
     intake_answer::submit(&state, delivery, Style::Slack).await
+}
+
+/// The settings of a Slack source.
+pub(super) fn slack_source(source: &ResolvedSource) -> Option<(&SlackSourceConfig, &String)> {
+    match source {
+        ResolvedSource::Slack { config, secret } => Some((config, secret)),
+        _ => None,
+    }
 }
 
 fn unauthorized(source: &str, error: &switchyard_slack::SlackError) -> Response {

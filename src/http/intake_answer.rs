@@ -126,7 +126,10 @@ pub async fn submit(state: &AppState, delivery: Delivery, style: Style) -> Respo
     }
 }
 
-/// The request body, or 413 when it is over the configured limit.
+/// The request body read by axum's `Bytes` extractor (`/v1/events`, `/v1/waits/resume`), or 413
+/// when it is over the configured limit. A body cut off at its deadline is answered 408 by
+/// `body_deadline`, whatever this makes of it. The signed ingest endpoints read theirs through
+/// `ingest_body` instead, which reserves budget first.
 pub fn body(result: Result<Bytes, BytesRejection>, state: &AppState) -> Result<Bytes, ApiError> {
     result.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {

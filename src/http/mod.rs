@@ -3,10 +3,12 @@
 
 pub(crate) mod admin;
 pub(crate) mod auth;
+mod body_deadline;
 mod claims;
 mod error;
 pub(crate) mod events;
 mod health;
+mod ingest_body;
 mod ingest_cloudevents;
 mod ingest_slack;
 mod ingest_slack_actions;
@@ -55,9 +57,9 @@ pub struct AppState {
 }
 
 /// The whole HTTP surface, with the server's body limits: a declared body over `body_limit` is
-/// refused before it reaches a handler (`oversize`), every body must arrive within
-/// `body_read_timeout`, and the signed ingest endpoints buffer unverified bodies only within
-/// `unverified_body_budget`.
+/// refused before it reaches a handler (`oversize`), every body must arrive whole within
+/// `body_read_timeout` (`body_deadline`), and the signed ingest endpoints buffer unverified
+/// bodies only within `unverified_body_budget`, a share of it per client (`ingest_body`).
 pub fn router(state: AppState, server: &ServerConfig) -> Router {
     let body_limit = server.body_limit;
     let body_read_timeout = server.body_read_timeout;
@@ -83,7 +85,6 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
             state.clone(),
             auth::require_api_token,
         ));
-    let budget = UnverifiedBudget::new(server.unverified_body_budget, body_limit);
     let ingest = Router::new()
         .merge(
             ingest_webhook::router().route_layer(axum::middleware::from_fn(|request, next| {
@@ -102,18 +103,16 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
                 intake_answer::measured("cloudevents", request, next)
             })),
         )
-        .route_layer(axum::middleware::from_fn(move |request, next| {
-            budget.clone().admit(request, next)
-        }));
+        .route_layer(axum::Extension(ingest_body::UnverifiedBudget::new(server)));
     Router::new()
         .merge(admin)
         .merge(ingest)
         .merge(health::router())
         .merge(crate::console::router())
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            server.body_read_timeout,
-        ))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            body_deadline::bound(request, next, body_read_timeout)
+        }))
         .layer(axum::middleware::from_fn(move |request, next| {
             oversize::refuse_declared_oversize(request, next, body_limit, body_read_timeout)
         }))
@@ -122,52 +121,6 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
             auth::throttle_failures,
         ))
         .with_state(state)
-}
-
-/// Bytes of unverified bodies (signed endpoints read the whole body before they can check its
-/// signature) buffered at once across all connections, in KiB permits.
-#[derive(Debug, Clone)]
-struct UnverifiedBudget {
-    kib: Arc<tokio::sync::Semaphore>,
-    body_limit: usize,
-}
-
-impl UnverifiedBudget {
-    fn new(budget: usize, body_limit: usize) -> Self {
-        let kib = (budget / 1024).clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
-        Self {
-            kib: Arc::new(tokio::sync::Semaphore::new(kib)),
-            body_limit,
-        }
-    }
-
-    /// Reserves the request's declared length (or the body limit when it declares none) for
-    /// as long as it is handled; with the budget spent, answers 503 + Retry-After at once.
-    async fn admit(
-        self,
-        request: axum::extract::Request,
-        next: axum::middleware::Next,
-    ) -> axum::response::Response {
-        use axum::response::IntoResponse;
-        let declared = request
-            .headers()
-            .get(axum::http::header::CONTENT_LENGTH)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.parse::<usize>().ok())
-            .unwrap_or(self.body_limit);
-        let kib =
-            u32::try_from(declared.min(self.body_limit).div_ceil(1024).max(1)).unwrap_or(u32::MAX);
-        let Ok(_reserved) = self.kib.clone().try_acquire_many_owned(kib) else {
-            tracing::warn!(
-                "the budget for unverified request bodies is spent; answering 503 until bodies finish"
-            );
-            return ApiError::from(crate::intake::StoreUnavailable(
-                "too many unverified request bodies are being read".into(),
-            ))
-            .into_response();
-        };
-        next.run(request).await
-    }
 }
 
 /// Only `GET /metrics`, without a token: what `server.metrics_listen` serves.

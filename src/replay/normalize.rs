@@ -120,7 +120,12 @@ fn normalize_again(
     };
     match source {
         SourceConfig::Webhook(config) => {
-            match switchyard_webhook::normalize(body, Some(&row.delivery_id), config, &raw_ref) {
+            // The request's headers are not stored; the recorded delivery id names it.
+            let ids = switchyard_webhook::RequestIds {
+                signed: None,
+                invocation_id: Some(&row.delivery_id),
+            };
+            match switchyard_webhook::normalize(body, ids, config, &raw_ref) {
                 Ok(normalized) => Renormalized::of(normalized.disposition.into()),
                 Err(error) if error.is_unauthorized() => Renormalized::refused(
                     Outcome::UnauthorizedSource,

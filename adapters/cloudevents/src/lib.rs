@@ -15,8 +15,20 @@
 //! | `payload` | the object below |
 //! | `raw_ref` | as given by the daemon, which stores the original bytes |
 //!
-//! The delivery id is `(source, id)`, the CloudEvent's identity, written as the JSON array
-//! `["<source>","<id>"]` ([`delivery_id`]): a resent event is a `duplicate`.
+//! # Identity and what the signature covers
+//!
+//! A Standard Webhooks signature covers `webhook-id`, `webhook-timestamp` and the body, nothing
+//! else. In structured mode every attribute is inside the body, so everything that routes the
+//! event is signed: this is the one mode in which a signature vouches for the whole event. In
+//! binary mode the attributes are `ce-*` headers outside the signature; only the data is signed.
+//!
+//! So a signed request is identified by its signed message id ([`identity`]): the delivery id
+//! is `webhook-id:<id>` ([`Signed::delivery_id`]), and a captured request resent with new `ce-*`
+//! headers is a `duplicate`, in either mode. The event's own identity, `(source, id)` written as
+//! the JSON array `["<source>","<id>"]` ([`delivery_id`]), is kept as a second key: once one copy
+//! has routed, the same event resent under another message id is a `duplicate` too. A request
+//! authenticated by a bearer token (the whole request is the token holder's) is identified by
+//! `(source, id)` alone.
 //!
 //! # The payload
 //!
@@ -36,7 +48,7 @@
 //! # Example
 //!
 //! ```
-//! use switchyard_cloudevents::{CloudEventsSourceConfig, normalize, parse, sign, verify};
+//! use switchyard_cloudevents::{CloudEventsSourceConfig, identity, normalize, parse, sign, verify};
 //! use switchyard_core::{Channel, Disposition};
 //! use switchyard_core::standard_webhooks::SigningKey;
 //!
@@ -54,10 +66,13 @@
 //! let mut headers: Vec<(&str, &str)> = signed.iter().map(|(n, v)| (*n, v.as_str())).collect();
 //! headers.push(("content-type", "application/cloudevents+json"));
 //!
-//! verify(&headers[..], body, &key, source.timestamp_tolerance, 1_700_000_010)?;
+//! let signed = verify(&headers[..], body, &key, source.timestamp_tolerance, 1_700_000_010)?;
 //! let event = parse(&headers[..], body)?;
 //! let normalized = normalize(&event, &source, "raw:0192...")?;
 //! assert_eq!(normalized.delivery_id, r#"["/billing","A1"]"#);
+//! let recorded = identity(&event, Some(&signed));
+//! assert_eq!(recorded.delivery_id, "webhook-id:msg_1");
+//! assert_eq!(recorded.message_key.as_deref(), Some(r#"["/billing","A1"]"#));
 //! let Disposition::Route(event) = normalized.disposition else { unreachable!() };
 //! assert_eq!((event.event_type.as_str(), event.target_entity_id.as_str()), ("invoice.overdue", "INV-7"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -69,9 +84,11 @@ mod parse;
 mod signature;
 
 pub use config::{CloudEventsSourceConfig, ConfigError};
-pub use normalize::{NormalizeError, TENANT_EXTENSION, delivery_id, normalize};
+pub use normalize::{Identity, NormalizeError, TENANT_EXTENSION, delivery_id, identity, normalize};
 pub use parse::{
     BATCH_CONTENT_TYPE, CloudEvent, Data, Headers, Mode, ParseError, SPECVERSION_HEADER,
     STRUCTURED_CONTENT_TYPE, parse,
 };
-pub use signature::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, VerifyError, sign, verify};
+pub use signature::{
+    ID_HEADER, SIGNATURE_HEADER, Signed, TIMESTAMP_HEADER, VerifyError, sign, verify,
+};

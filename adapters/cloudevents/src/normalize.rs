@@ -5,6 +5,7 @@ use switchyard_core::{Disposition, Event, Normalized};
 
 use crate::config::CloudEventsSourceConfig;
 use crate::parse::{CloudEvent, Data};
+use crate::signature::Signed;
 
 /// The extension that may name a tenant; it must agree with the source's.
 pub const TENANT_EXTENSION: &str = "tenantid";
@@ -44,6 +45,38 @@ impl NormalizeError {
 /// array `["<source>","<id>"]` so no choice of separator can make two pairs collide.
 pub fn delivery_id(source: &str, id: &str) -> String {
     Value::Array(vec![source.into(), id.into()]).to_string()
+}
+
+/// How a delivery is recorded: by what authenticates it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// A second request with the same one is a `duplicate`, whatever the first one's outcome.
+    pub delivery_id: String,
+    /// The event's `(source, id)` when it is not the delivery id: the first copy that routes
+    /// claims it, and a later copy of the same event under another message is a `duplicate`.
+    pub message_key: Option<String>,
+}
+
+/// The identity of a delivery of `event`, from what authenticated the request.
+///
+/// A signed request is the signed message: its `webhook-id` ([`Signed::delivery_id`]). In
+/// binary mode the attributes that route the event (`ce-id`, `ce-type`, `ce-subject`, ...) are
+/// headers outside the signature, so a captured request resent with new ones must still be the
+/// same delivery; in structured mode they are inside the signed body, and the message id
+/// identifies it just as well. The event's own `(source, id)` is kept as the message key.
+/// A request a bearer token authenticated is the event's `(source, id)` ([`delivery_id`]).
+pub fn identity(event: &CloudEvent, signed: Option<&Signed>) -> Identity {
+    let event_id = delivery_id(&event.source, &event.id);
+    match signed {
+        Some(signed) => Identity {
+            delivery_id: signed.delivery_id(),
+            message_key: Some(event_id),
+        },
+        None => Identity {
+            delivery_id: event_id,
+            message_key: None,
+        },
+    }
 }
 
 /// The canonical event: `type` is the event type, `subject` the entity, the tenant and the

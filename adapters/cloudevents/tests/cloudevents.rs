@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use switchyard_cloudevents::{
     CloudEventsSourceConfig, ConfigError, Mode, NormalizeError, ParseError, VerifyError,
-    delivery_id, normalize, parse, sign, verify,
+    delivery_id, identity, normalize, parse, sign, verify,
 };
 use switchyard_core::standard_webhooks::SigningKey;
 use switchyard_core::{Channel, Disposition, Event, Normalized};
@@ -275,6 +275,60 @@ fn the_channel_comes_from_the_source() {
 fn delivery_ids_of_different_pairs_never_collide() {
     assert_ne!(delivery_id("a,b", "c"), delivery_id("a", "b,c"));
     assert_ne!(delivery_id("a\"", "b"), delivery_id("a", "\"b"));
+}
+
+/// The `ce-*` headers of binary mode are outside the signature: a signed request is its signed
+/// `webhook-id`, so a copy with new attributes is the same delivery; the event's
+/// `(source, id)` stays as the second key. A token-authenticated request is `(source, id)`.
+#[test]
+fn a_signed_request_is_identified_by_its_message_id_whatever_its_ce_headers() {
+    let key = SigningKey::parse(SECRET).unwrap();
+    let (headers, body) = binary_fixture("binary_json_data.http");
+    let now = 1_700_000_000;
+    let signature = sign(&key, "msg_7", now, &body);
+    let mut signed_headers = borrowed(&headers);
+    signed_headers.extend(signature.iter().map(|(n, v)| (*n, v.as_str())));
+    let signed = verify(
+        &signed_headers[..],
+        &body,
+        &key,
+        Duration::from_secs(300),
+        now,
+    )
+    .unwrap();
+    assert_eq!(signed.message_id(), "msg_7");
+
+    let event = parse(&signed_headers[..], &body).unwrap();
+    let first = identity(&event, Some(&signed));
+    assert_eq!(first.delivery_id, "webhook-id:msg_7");
+    assert_eq!(
+        first.message_key.as_deref(),
+        Some(delivery_id(&event.source, &event.id).as_str())
+    );
+
+    // The captured request with new attributes: the signature still holds, the identity too.
+    let mut resent: Vec<(&str, &str)> = signed_headers
+        .iter()
+        .copied()
+        .filter(|(name, _)| !matches!(*name, "ce-id" | "ce-type" | "ce-subject"))
+        .collect();
+    resent.extend([
+        ("ce-id", "forged-1"),
+        ("ce-type", "forged.type"),
+        ("ce-subject", "X"),
+    ]);
+    let again = verify(&resent[..], &body, &key, Duration::from_secs(300), now).unwrap();
+    let forged = parse(&resent[..], &body).unwrap();
+    assert_eq!(forged.id, "forged-1");
+    assert_eq!(
+        identity(&forged, Some(&again)).delivery_id,
+        first.delivery_id
+    );
+
+    // Without a signature (a bearer token authenticated it): the event's own identity.
+    let by_token = identity(&event, None);
+    assert_eq!(by_token.delivery_id, delivery_id(&event.source, &event.id));
+    assert_eq!(by_token.message_key, None);
 }
 
 #[test]

@@ -14,8 +14,14 @@
 //!    types are accepted.
 //! 2. **Trigger or automation.** The admin writes the body with placeholders; this crate reads
 //!    the shape documented in `TRIGGER_BODY.md` (`event_type`, `ticket`, optional `comment`).
-//!    The body carries no id, so the delivery id is the `X-Zendesk-Webhook-Invocation-Id`
-//!    header, or `sha256:<hex of the body>` without it.
+//!    The body carries no id. The `X-Zendesk-Webhook-Invocation-Id` header names the
+//!    invocation but is not signed, so a signed request's delivery id comes from what was
+//!    signed: `signed:<hex>`, a digest of the signature timestamp and MAC ([`Signed`]). A
+//!    captured request resent with a new invocation id is therefore the same delivery. Zendesk
+//!    may sign a retry afresh, so the invocation is a second identity
+//!    ([`RequestIds::retry_key`]): a retry of an invocation that routed is a duplicate too.
+//!    Only a source that checks no signature uses the invocation header as the delivery id
+//!    (or `sha256:<hex of the body>` without it).
 //!
 //! # The event
 //!
@@ -81,8 +87,8 @@
 //! use chrono::{DateTime, Utc};
 //! use switchyard_core::Disposition;
 //! use switchyard_webhook::{
-//!     Headers, INVOCATION_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookSourceConfig,
-//!     normalize, sign, verify,
+//!     Headers, INVOCATION_ID_HEADER, RequestIds, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+//!     WebhookSourceConfig, normalize, sign, verify,
 //! };
 //!
 //! let source = WebhookSourceConfig {
@@ -101,9 +107,12 @@
 //! let headers = [(SIGNATURE_HEADER, signature.as_str()), (TIMESTAMP_HEADER, timestamp)];
 //! let now: DateTime<Utc> = "2025-01-08T10:12:09Z".parse()?;
 //!
-//! verify(&headers[..], body, secret, source.timestamp_tolerance, now)?;
-//! let invocation_id = (&headers[..]).header(INVOCATION_ID_HEADER);
-//! let normalized = normalize(body, invocation_id, &source, "raw:0192...")?;
+//! let signed = verify(&headers[..], body, secret, source.timestamp_tolerance, now)?;
+//! let ids = RequestIds {
+//!     signed: Some(&signed),
+//!     invocation_id: (&headers[..]).header(INVOCATION_ID_HEADER),
+//! };
+//! let normalized = normalize(body, ids, &source, "raw:0192...")?;
 //! assert_eq!(normalized.delivery_id, "e1");
 //! let Disposition::Route(event) = normalized.disposition else { unreachable!() };
 //! assert_eq!((event.event_type.as_str(), event.target_entity_id.as_str()), ("ticket.created", "42"));
@@ -117,8 +126,9 @@ mod payload;
 mod signature;
 
 pub use config::{ConfigError, WebhookSourceConfig};
-pub use normalize::{NormalizeError, normalize};
+pub use normalize::{NormalizeError, RequestIds, normalize};
 pub use payload::{CommentPayload, Connection, TicketFields, TicketPayload};
 pub use signature::{
-    Headers, INVOCATION_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, VerifyError, sign, verify,
+    Headers, INVOCATION_ID_HEADER, SIGNATURE_HEADER, Signed, TIMESTAMP_HEADER, VerifyError, sign,
+    verify,
 };

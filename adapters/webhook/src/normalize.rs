@@ -8,6 +8,7 @@ use switchyard_core::{Channel, Disposition, Event, Normalized, Outcome};
 use crate::WebhookSourceConfig;
 use crate::fields;
 use crate::payload::{self, CommentPayload, Connection, TicketFields, TicketPayload};
+use crate::signature::Signed;
 
 /// Prefix of every Zendesk event-subscription `type`.
 const EVENT_TYPE_PREFIX: &str = "zen:event-type:";
@@ -80,15 +81,68 @@ impl NormalizeError {
     }
 }
 
+/// What names one request's delivery besides its body, for [`normalize`].
+///
+/// An event-subscription body names itself (its `id`, which is signed). A trigger body carries
+/// no id, so a signed request is identified by its signed parts ([`Signed::delivery_id`]): a
+/// captured request resent with a new `X-Zendesk-Webhook-Invocation-Id` is the same delivery.
+/// Zendesk may sign a retry afresh (new timestamp, same invocation), so the invocation is kept
+/// as a second identity, [`RequestIds::retry_key`], which the daemon records as the message the
+/// delivery is about: once one copy has routed, a retry of its invocation is a duplicate too.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestIds<'a> {
+    /// The accepted signature, when the source checks one.
+    pub signed: Option<&'a Signed>,
+    /// The `X-Zendesk-Webhook-Invocation-Id` header. Not signed: it names a trigger delivery
+    /// only when the source checks no signature.
+    pub invocation_id: Option<&'a str>,
+}
+
+impl RequestIds<'_> {
+    /// The invocation header, when usable as an id.
+    fn invocation(&self) -> Option<&str> {
+        self.invocation_id
+            .map(str::trim)
+            .filter(|id| !id.is_empty() && id.chars().count() <= MAX_ID_LEN)
+    }
+
+    /// The delivery id of a body that [`normalize`] refused as `invalid_event`. It routes
+    /// nothing, so a signed one is named by its signed bytes alone: a copy, or a retry Zendesk
+    /// signed afresh, is the same delivery. Unsigned: the invocation, else the body's digest.
+    pub fn invalid_delivery_id(&self, body: &[u8]) -> String {
+        match (self.signed, self.invocation()) {
+            (None, Some(invocation)) => invocation.to_owned(),
+            _ => body_digest(body),
+        }
+    }
+
+    /// The delivery id of a trigger body: the signed parts, else the invocation, else the
+    /// body's digest.
+    fn trigger_delivery_id(&self, body: &[u8]) -> String {
+        match (self.signed, self.invocation()) {
+            (Some(signed), _) => signed.delivery_id(),
+            (None, Some(invocation)) => invocation.to_owned(),
+            (None, None) => body_digest(body),
+        }
+    }
+
+    /// The invocation of a signed request, `invocation:<id>`: a retry Zendesk signed afresh
+    /// shares it with the first copy. `None` without a signature (the invocation is then the
+    /// delivery id itself) or without the header.
+    pub fn retry_key(&self) -> Option<String> {
+        self.signed?;
+        self.invocation().map(|id| format!("invocation:{id}"))
+    }
+}
+
 /// Normalises a verified delivery of `source` into an event to route.
 ///
-/// `invocation_id` is the `X-Zendesk-Webhook-Invocation-Id` header, the delivery id of trigger
-/// bodies (which carry no id of their own); `raw_ref` points at the stored raw bytes. The
-/// tenant is always `source.tenant`; a payload `account_id` other than the configured one is
-/// refused before anything else is read.
+/// `ids` name the delivery of a trigger body, which carries no id of its own ([`RequestIds`]);
+/// `raw_ref` points at the stored raw bytes. The tenant is always `source.tenant`; a payload
+/// `account_id` other than the configured one is refused before anything else is read.
 pub fn normalize(
     body: &[u8],
-    invocation_id: Option<&str>,
+    ids: RequestIds<'_>,
     source: &WebhookSourceConfig,
     raw_ref: &str,
 ) -> Result<Normalized, NormalizeError> {
@@ -101,7 +155,7 @@ pub fn normalize(
     let read = match root.get("type").and_then(Value::as_str) {
         Some(kind) if kind.starts_with("zen:") => read_subscription(&root, kind, body)?,
         _ if root.contains_key("ticket") || root.contains_key("event_type") => {
-            read_trigger(&root, invocation_id, body)?
+            read_trigger(&root, ids, body)?
         }
         _ => return Err(NormalizeError::UnrecognisedShape),
     };
@@ -211,7 +265,7 @@ fn read_subscription(
 
 fn read_trigger(
     root: &Map<String, Value>,
-    invocation_id: Option<&str>,
+    ids: RequestIds<'_>,
     body: &[u8],
 ) -> Result<Read, NormalizeError> {
     let given = root
@@ -236,10 +290,7 @@ fn read_trigger(
         "the body's `ticket` has no `id`",
     ))?;
 
-    let delivery_id = invocation_id
-        .map(str::trim)
-        .filter(|id| !id.is_empty() && id.chars().count() <= MAX_ID_LEN)
-        .map_or_else(|| body_digest(body), str::to_owned);
+    let delivery_id = ids.trigger_delivery_id(body);
 
     let event = match root.get("comment") {
         Some(Value::Object(comment)) => CommentPayload::read(comment).to_event(),
@@ -332,7 +383,7 @@ fn ticket_in_subject(subject: &str) -> Option<&str> {
     })
 }
 
-/// The delivery id of a body that carries none: identical bodies are one delivery.
+/// The delivery id of an unsigned body that carries none: identical bodies are one delivery.
 fn body_digest(body: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(body)))
 }

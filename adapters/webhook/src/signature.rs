@@ -1,5 +1,6 @@
 //! Zendesk webhook signatures: `base64(HMAC-SHA256(secret, timestamp + raw body))`, checked in
-//! constant time against a replay window.
+//! constant time against a replay window; a verified request is identified by what was signed
+//! ([`Signed`]), never by an unsigned header.
 
 use std::time::Duration;
 
@@ -7,7 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use chrono::{DateTime, TimeDelta, Utc};
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq;
 use switchyard_core::Outcome;
 
@@ -15,7 +16,7 @@ use switchyard_core::Outcome;
 pub const SIGNATURE_HEADER: &str = "X-Zendesk-Webhook-Signature";
 /// Header carrying the RFC 3339 timestamp that is part of the signed message.
 pub const TIMESTAMP_HEADER: &str = "X-Zendesk-Webhook-Signature-Timestamp";
-/// Header naming one invocation of a trigger- or automation-connected webhook.
+/// Header naming one invocation of a trigger- or automation-connected webhook. Not signed.
 pub const INVOCATION_ID_HEADER: &str = "X-Zendesk-Webhook-Invocation-Id";
 
 /// Read access to request headers, so this crate needs no HTTP library.
@@ -46,6 +47,37 @@ where
         self.iter()
             .find(|(k, _)| k.as_ref().eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_ref())
+    }
+}
+
+/// A request whose signature [`verify`] accepted: what identifies it is what Zendesk signed.
+///
+/// The signed message is the timestamp text and the body, so the same signed request sent
+/// again has the same [`Signed::delivery_id`] whatever unsigned headers (such as a new
+/// `X-Zendesk-Webhook-Invocation-Id`) it carries. Two requests differ in it unless they carry
+/// the same body signed at the same second, which no reader of the request can tell apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signed {
+    /// SHA-256 of the timestamp text and the MAC it was signed with.
+    digest: [u8; 32],
+}
+
+impl Signed {
+    fn new(timestamp: &str, mac: &[u8; 32]) -> Self {
+        let mut digest = Sha256::new();
+        digest.update(timestamp.as_bytes());
+        // The timestamp is never empty and the MAC has a fixed length: no separator needed,
+        // but one keeps the encoding obviously unambiguous.
+        digest.update([0]);
+        digest.update(mac);
+        Self {
+            digest: digest.finalize().into(),
+        }
+    }
+
+    /// `signed:<hex>`: the delivery id of a request whose body carries no id of its own.
+    pub fn delivery_id(&self) -> String {
+        format!("signed:{}", hex::encode(self.digest))
     }
 }
 
@@ -125,14 +157,15 @@ fn mac(secret: &[u8], timestamp: &str, body: &[u8]) -> [u8; 32] {
 /// The timestamp is used byte for byte in the MAC, then must lie within `tolerance` of `now`
 /// in either direction (exactly `tolerance` away is accepted). The MAC is checked before the
 /// window, so `stale_timestamp` and `future_timestamp` mean "authentic, but outside the
-/// window" (a replay or a skewed clock) rather than "unknown sender".
+/// window" (a replay or a skewed clock) rather than "unknown sender". An accepted request is
+/// [`Signed`]: its identity comes from the signed parts alone.
 pub fn verify<'h>(
     headers: impl Headers<'h>,
     body: &[u8],
     secret: &[u8],
     tolerance: Duration,
     now: DateTime<Utc>,
-) -> Result<(), VerifyError> {
+) -> Result<Signed, VerifyError> {
     let signature = headers
         .header(SIGNATURE_HEADER)
         .filter(|s| !s.is_empty())
@@ -174,7 +207,7 @@ pub fn verify<'h>(
             tolerance,
         });
     }
-    Ok(())
+    Ok(Signed::new(timestamp_text, &expected))
 }
 
 /// Header values are attacker-controlled: keep error messages short.
@@ -211,7 +244,7 @@ mod tests {
         ]
     }
 
-    fn check(headers: &[(String, String)], body: &[u8], now: &str) -> Result<(), VerifyError> {
+    fn check(headers: &[(String, String)], body: &[u8], now: &str) -> Result<Signed, VerifyError> {
         verify(headers, body, SECRET, TOLERANCE, at(now))
     }
 
@@ -335,6 +368,31 @@ mod tests {
             "the signature timestamp `1616648967` is not an RFC 3339 date-time"
         );
         assert_eq!(err.outcome(), Outcome::UnauthorizedSource);
+    }
+
+    #[test]
+    fn a_signed_request_is_identified_by_its_signed_parts_only() {
+        let headers = signed_at(TIMESTAMP, SIGNATURE);
+        let first = check(&headers, BODY, TIMESTAMP).unwrap();
+        // Any unsigned header added or changed: the same delivery.
+        let mut resent = headers.clone();
+        resent.push((
+            INVOCATION_ID_HEADER.to_owned(),
+            "another-invocation".to_owned(),
+        ));
+        assert_eq!(check(&resent, BODY, TIMESTAMP).unwrap(), first);
+        assert!(
+            first.delivery_id().starts_with("signed:"),
+            "{}",
+            first.delivery_id()
+        );
+        assert_eq!(first.delivery_id().len(), "signed:".len() + 64);
+
+        // The same body signed at another second is another delivery.
+        let later = "2021-03-25T05:09:28Z";
+        let again = signed_at(later, &sign(SECRET, later, BODY));
+        let other = check(&again, BODY, TIMESTAMP).unwrap();
+        assert_ne!(other.delivery_id(), first.delivery_id());
     }
 
     #[test]

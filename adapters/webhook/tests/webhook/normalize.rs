@@ -5,7 +5,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use switchyard_core::{Channel, Outcome};
 use switchyard_webhook::{
-    CommentPayload, Connection, NormalizeError, TicketPayload, WebhookSourceConfig, normalize,
+    CommentPayload, Connection, NormalizeError, RequestIds, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+    TicketPayload, WebhookSourceConfig, normalize, sign, verify,
 };
 
 use super::{fixture, routed, snapshot, source};
@@ -13,11 +14,19 @@ use super::{fixture, routed, snapshot, source};
 const RAW_REF: &str = "raw:0192a4c1-0000-7000-8000-000000000001";
 
 fn ok(body: &[u8], invocation_id: Option<&str>) -> switchyard_core::Normalized {
-    normalize(body, invocation_id, &source(), RAW_REF).unwrap()
+    let ids = RequestIds {
+        signed: None,
+        invocation_id,
+    };
+    normalize(body, ids, &source(), RAW_REF).unwrap()
 }
 
 fn refused(body: &[u8], source: &WebhookSourceConfig) -> NormalizeError {
-    normalize(body, Some("inv-1"), source, RAW_REF).unwrap_err()
+    let ids = RequestIds {
+        signed: None,
+        invocation_id: Some("inv-1"),
+    };
+    normalize(body, ids, source, RAW_REF).unwrap_err()
 }
 
 fn payload(normalized: &switchyard_core::Normalized) -> TicketPayload {
@@ -102,6 +111,70 @@ fn a_trigger_body_without_invocation_id_is_identified_by_its_digest() {
     assert_ne!(ok(&other, None).delivery_id, expected);
 }
 
+/// A signed trigger delivery is named by what was signed, never by the unsigned invocation
+/// header; the invocation is kept as the key a retry signed afresh shares with its first copy.
+#[test]
+fn a_signed_trigger_body_is_identified_by_its_signed_parts() {
+    const SECRET: &[u8] = b"s3cret";
+    let body = fixture("trigger_numeric_ids.json");
+    let now = chrono::DateTime::parse_from_rfc3339("2025-01-08T10:13:00Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let tolerance = std::time::Duration::from_secs(300);
+    let signed_at = |timestamp: &str| {
+        let signature = sign(SECRET, timestamp, &body);
+        let headers = [
+            (SIGNATURE_HEADER, signature.as_str()),
+            (TIMESTAMP_HEADER, timestamp),
+        ];
+        verify(headers.as_slice(), &body, SECRET, tolerance, now).unwrap()
+    };
+    let first = signed_at("2025-01-08T10:12:08Z");
+    let ids = |invocation_id| RequestIds {
+        signed: Some(&first),
+        invocation_id,
+    };
+    let original = normalize(&body, ids(Some("inv-1")), &source(), RAW_REF).unwrap();
+    assert_eq!(original.delivery_id, first.delivery_id());
+    // The captured request resent with another invocation id, or none: the same delivery.
+    for resent in [Some("inv-2"), None] {
+        let again = normalize(&body, ids(resent), &source(), RAW_REF).unwrap();
+        assert_eq!(again.delivery_id, original.delivery_id, "{resent:?}");
+    }
+    assert_eq!(
+        ids(Some("inv-1")).retry_key().as_deref(),
+        Some("invocation:inv-1")
+    );
+    assert_eq!(ids(None).retry_key(), None);
+
+    // Zendesk's retry, signed afresh: another delivery id, the same invocation key.
+    let retry = signed_at("2025-01-08T10:12:40Z");
+    let retry_ids = RequestIds {
+        signed: Some(&retry),
+        invocation_id: Some("inv-1"),
+    };
+    let retried = normalize(&body, retry_ids, &source(), RAW_REF).unwrap();
+    assert_ne!(retried.delivery_id, original.delivery_id);
+    assert_eq!(retry_ids.retry_key(), ids(Some("inv-1")).retry_key());
+
+    // A body refused as invalid routes nothing: signed, its bytes alone name it.
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+    assert_eq!(ids(Some("inv-2")).invalid_delivery_id(&body), digest);
+    assert_eq!(retry_ids.invalid_delivery_id(&body), digest);
+
+    // Without a signature there is no second key: the invocation is the delivery id.
+    let unsigned = RequestIds {
+        signed: None,
+        invocation_id: Some("inv-1"),
+    };
+    assert_eq!(unsigned.retry_key(), None);
+
+    // Event subscriptions name themselves, signed or not.
+    let event = fixture("ticket_created.json");
+    let named = normalize(&event, ids(Some("inv-1")), &source(), RAW_REF).unwrap();
+    assert_eq!(named.delivery_id, "cbe4028c-7239-495d-b020-f22348516046");
+}
+
 #[test]
 fn tenant_comes_from_the_source_never_the_payload() {
     let mut body: Value = serde_json::from_slice(&fixture("ticket_created.json")).unwrap();
@@ -117,16 +190,27 @@ fn a_configured_account_accepts_its_own_payloads() {
         account_id: Some(22129848),
         ..source()
     };
-    let normalized = normalize(&fixture("ticket_created.json"), None, &pinned, RAW_REF).unwrap();
+    let normalized = normalize(
+        &fixture("ticket_created.json"),
+        RequestIds::default(),
+        &pinned,
+        RAW_REF,
+    )
+    .unwrap();
     assert_eq!(payload(&normalized).account_id.as_deref(), Some("22129848"));
 
     // A string account id is the same account.
     let body = br#"{"type":"zen:event-type:ticket.created","id":"e1","account_id":"22129848","subject":"zen:ticket:1"}"#;
-    normalize(body, None, &pinned, RAW_REF).unwrap();
+    normalize(body, RequestIds::default(), &pinned, RAW_REF).unwrap();
 
     // A trigger body without account_id is labelled with the configured account.
-    let normalized =
-        normalize(&fixture("trigger_numeric_ids.json"), None, &pinned, RAW_REF).unwrap();
+    let normalized = normalize(
+        &fixture("trigger_numeric_ids.json"),
+        RequestIds::default(),
+        &pinned,
+        RAW_REF,
+    )
+    .unwrap();
     assert_eq!(payload(&normalized).account_id.as_deref(), Some("22129848"));
 }
 

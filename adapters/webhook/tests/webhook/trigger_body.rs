@@ -59,7 +59,13 @@ fn every_placeholder_in_the_body_is_in_the_table() {
 fn the_unrendered_template_is_recognised_but_refused() {
     // What arrives if a body is sent without Zendesk rendering its placeholders.
     let template = fixture("trigger_body_template.json");
-    let err = switchyard_webhook::normalize(&template, None, &source(), "raw:1").unwrap_err();
+    let err = switchyard_webhook::normalize(
+        &template,
+        switchyard_webhook::RequestIds::default(),
+        &source(),
+        "raw:1",
+    )
+    .unwrap_err();
     assert_eq!(err.detail(), "malformed_ticket_id");
     assert!(
         err.to_string().contains("unrendered Zendesk placeholder"),
