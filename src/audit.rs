@@ -10,8 +10,8 @@
 use sea_orm::{ConnectionTrait, DbErr, EntityTrait};
 use serde::Serialize;
 use serde_json::Value;
-use switchyard_router::entities::{run, run_history};
-use switchyard_router::millis_rfc3339;
+use switchyard_store::entities::{run, run_history};
+use switchyard_store::millis_rfc3339;
 
 use crate::store::entities::intake;
 use crate::store::revisions::{self, RevisionContent};

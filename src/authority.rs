@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use switchyard_core::WorkflowStatus;
-use switchyard_router::{Millis, millis_rfc3339};
+use switchyard_store::{Millis, millis_rfc3339};
 
 use crate::config::{Config, PrincipalKind, PrincipalStatus};
 
@@ -273,9 +273,9 @@ impl Authority {
 pub async fn revoke_if_refused(
     db: &sea_orm::DatabaseConnection,
     authority: &Authority,
-    run: &switchyard_router::entities::run::Model,
+    run: &switchyard_store::entities::run::Model,
     now: Millis,
-) -> Result<bool, switchyard_router::runs::RunError> {
+) -> Result<bool, switchyard_store::runs::RunError> {
     let Some(principal_id) = run.principal_id.as_deref() else {
         return Ok(false);
     };
@@ -283,10 +283,10 @@ pub async fn revoke_if_refused(
         return Ok(false);
     };
     let detail = format!("{refusal} ({}) before delivery", refusal.reason_word());
-    let ended = switchyard_router::bounded::end(
+    let ended = switchyard_store::bounded::end(
         db,
         &run.id,
-        switchyard_router::entities::run::RunStatus::Cancelled,
+        switchyard_store::entities::run::RunStatus::Cancelled,
         REVOKED,
         Some(detail),
         now,

@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
-use switchyard_router::Millis;
-use switchyard_router::entities::run;
+use switchyard_store::Millis;
+use switchyard_store::entities::run;
 
 use crate::config::{Config, MAX_ATTEMPTS, TargetConfig};
 

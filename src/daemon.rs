@@ -33,7 +33,7 @@ impl Daemon {
     pub async fn start(settings: Settings, migrate: bool) -> anyhow::Result<Self> {
         let url = settings.loaded.database_url();
         let database = settings.loaded.config.database.clone();
-        let db = store::connect(&url, &database)
+        let db = store::connect(&url, &database.store_options())
             .await
             .with_context(|| format!("cannot open the database at {}", redact_url(&url)))?;
         if migrate {
@@ -48,7 +48,7 @@ impl Daemon {
             &db,
             live.revision(),
             &live.workflows,
-            switchyard_router::now_millis(),
+            switchyard_store::now_millis(),
         )
         .await
         .context(
@@ -82,7 +82,7 @@ impl Daemon {
         pollers.apply(&live.current().settings.sources).await;
         // A replay still `running` here was cut short by the last stop; it can be rerun.
         if let Err(error) =
-            crate::replay::store::interrupt_running(&db, switchyard_router::now_millis()).await
+            crate::replay::store::interrupt_running(&db, switchyard_store::now_millis()).await
         {
             tracing::warn!(%error, "cannot mark interrupted replays");
         }
@@ -135,7 +135,7 @@ impl Daemon {
             &self.state.db,
             live.revision(),
             &live.workflows,
-            switchyard_router::now_millis(),
+            switchyard_store::now_millis(),
         )
         .await
         .context("cannot record the new workflows; the old revision stays in force")?;
@@ -231,8 +231,8 @@ async fn record_revision(
     db: &sea_orm::DatabaseConnection,
     live: &Live,
 ) -> Result<(), sea_orm::DbErr> {
-    let content = store::revisions::RevisionContent::of(&live.settings);
-    let now = switchyard_router::now_millis();
+    let content = crate::config::revision_content(&live.settings);
+    let now = switchyard_store::now_millis();
     if store::revisions::record(db, live.revision(), &content, now).await? {
         tracing::info!(
             config_revision = live.revision(),
@@ -257,7 +257,7 @@ fn log_revision(live: &Live) {
     );
     let mut degraded: Vec<_> = live
         .authority
-        .degraded(switchyard_router::now_millis())
+        .degraded(switchyard_store::now_millis())
         .into_iter()
         .collect();
     degraded.sort_by(|a, b| a.0.cmp(b.0));

@@ -22,7 +22,8 @@ mod retention;
 mod server;
 pub mod shadow;
 pub mod sources;
-pub mod store;
+/// The store, under the name the daemon's modules have used for it.
+pub use switchyard_store as store;
 pub mod telemetry;
 pub mod waits;
 

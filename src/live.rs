@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use switchyard_core::Workflow;
 use switchyard_router::TriggerIndex;
-use switchyard_router::ceilings::MaxRunning;
+use switchyard_store::ceilings::MaxRunning;
 
 use crate::authority::Authority;
 use crate::bounds::RunBounds;

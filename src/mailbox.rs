@@ -10,7 +10,7 @@ use sea_orm::DatabaseConnection;
 use switchyard_email::{
     Cursor, EmailSourceConfig, FetchedMessage, MailboxSink, PollerOptions, SinkError, SourceStatus,
 };
-use switchyard_router::now_millis;
+use switchyard_store::now_millis;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use uuid::Uuid;

@@ -54,16 +54,7 @@ const FINAL_STATUSES: [&str; 5] = [
 /// Statuses of runs whose ledger row is still needed (to build their message).
 const NEEDS_LEDGER_ROW: &str = "('queued', 'dispatched', 'needs_input', 'dead_lettered')";
 
-/// The smallest UUIDv7 string of millisecond `millis` (every bit after the timestamp zero):
-/// every id made before `millis` sorts below it, every id made at or after it above.
-pub fn cutoff_id(millis: i64) -> String {
-    let millis = millis.clamp(0, (1 << 48) - 1) as u64;
-    format!(
-        "{:08x}-{:04x}-0000-0000-000000000000",
-        millis >> 16,
-        millis & 0xffff
-    )
-}
+pub use switchyard_store::cutoff_id;
 
 /// Rows deleted, per table.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +134,7 @@ pub async fn prepare_sqlite(db: &DatabaseConnection) -> anyhow::Result<()> {
 async fn run(db: DatabaseConnection, live: LiveConfig, mut stopped: watch::Receiver<bool>) {
     loop {
         let config = live.current().settings.loaded.config.retention.clone();
-        let now = switchyard_router::now_millis();
+        let now = switchyard_store::now_millis();
         match pass(&db, &config, now, &stopped).await {
             Ok(deleted) if deleted.any() => {
                 tracing::info!(
@@ -188,7 +179,7 @@ pub async fn pass(
     let runs_before = before(config.finished_runs);
     for status in FINAL_STATUSES {
         while !*stopped.borrow() {
-            let txn = switchyard_router::runs::begin_write(db).await?;
+            let txn = switchyard_store::runs::begin_write(db).await?;
             let n = prune_runs(&txn, status, runs_before, config.batch, &mut deleted).await?;
             txn.commit().await?;
             if n < config.batch {
@@ -286,7 +277,7 @@ impl Prune {
         let cutoff = cutoff_id(before);
         let mut total = 0;
         while !*stopped.borrow() {
-            let txn = switchyard_router::runs::begin_write(db).await?;
+            let txn = switchyard_store::runs::begin_write(db).await?;
             let ids = select_ids(&txn, &sql, vec![cutoff.clone().into()]).await?;
             if !ids.is_empty() {
                 total += delete_in(&txn, self.table, "id", &ids).await?;

@@ -46,7 +46,7 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
     report.errors.extend(loaded.capability_gaps.iter().cloned());
     let config = &loaded.config;
     let mut degraded: Vec<_> = crate::authority::Authority::new(config)
-        .degraded(switchyard_router::now_millis())
+        .degraded(switchyard_store::now_millis())
         .into_iter()
         .filter(|(_, refusal)| {
             !matches!(

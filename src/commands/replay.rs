@@ -40,7 +40,7 @@ pub struct ReplayArgs {
 /// A `--since`/`--until` value: an RFC 3339 time, a date, or a span back from now (`24h`, `7d`).
 pub fn parse_when(text: &str) -> Result<i64, String> {
     if let Ok(span) = humantime::parse_duration(text) {
-        return Ok(switchyard_router::now_millis() - span.as_millis() as i64);
+        return Ok(switchyard_store::now_millis() - span.as_millis() as i64);
     }
     crate::http::admin::parse_time("time", text).map_err(|_| {
         format!("`{text}` is neither a time (2026-12-01T10:42:00Z), a date (2026-12-01) nor a span back from now (24h, 7d)")
@@ -50,7 +50,7 @@ pub fn parse_when(text: &str) -> Result<i64, String> {
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let loaded = LoadedConfig::load(&args.config)?;
     let url = loaded.database_url().replace("mode=rwc", "mode=rw");
-    let db = db_store::connect(&url, &loaded.config.database)
+    let db = db_store::connect(&url, &loaded.config.database.store_options())
         .await
         .context("cannot open the database")?;
     let intake = if args.live {
@@ -222,11 +222,11 @@ pub async fn what_if(
         .with_context(|| format!("cannot read {}", candidate.display()))?;
     let candidate = parse_candidate(&text, &loaded).map_err(|e| anyhow::anyhow!(e.to_string()))?;
     let url = loaded.database_url().replace("mode=rwc", "mode=ro");
-    let db = db_store::connect(&url, &loaded.config.database)
+    let db = db_store::connect(&url, &loaded.config.database.store_options())
         .await
         .context("cannot open the database")?;
     let filters = Filters {
-        since: Some(switchyard_router::now_millis() - span.as_millis() as i64),
+        since: Some(switchyard_store::now_millis() - span.as_millis() as i64),
         ..Filters::default()
     };
     let upto = uuid::Uuid::now_v7().to_string();

@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Deserialize;
 use switchyard_core::Channel;
-use switchyard_router::{now_millis, runs};
+use switchyard_store::{now_millis, runs};
 
 use crate::config::LoadedConfig;
 use crate::explain::explain;
@@ -127,7 +127,7 @@ pub async fn route(
     // its routing alone).
     if revision.is_none()
         && let Err(refusal) = crate::authority::Authority::new(&loaded.config)
-            .check_workflow(&winner.workflow_id, switchyard_router::now_millis())
+            .check_workflow(&winner.workflow_id, switchyard_store::now_millis())
     {
         println!(
             "outcome: authority_unavailable (`{}` would be chosen, but it runs as {refusal})",
@@ -177,7 +177,7 @@ async fn lock_state(
 /// The database, SQLite read-only so a dry run never creates a file.
 async fn open_read_only(loaded: &LoadedConfig) -> anyhow::Result<sea_orm::DatabaseConnection> {
     let url = loaded.database_url().replace("mode=rwc", "mode=ro");
-    store::connect(&url, &loaded.config.database)
+    store::connect(&url, &loaded.config.database.store_options())
         .await
         .context("cannot open the database")
 }

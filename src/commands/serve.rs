@@ -111,7 +111,7 @@ async fn shutdown_signal(terminate: std::io::Result<Signal>) {
 pub async fn migrate(config_path: PathBuf) -> anyhow::Result<()> {
     let loaded = LoadedConfig::load(&config_path)?;
     let url = loaded.database_url();
-    let db = store::connect(&url, &loaded.config.database)
+    let db = store::connect(&url, &loaded.config.database.store_options())
         .await
         .with_context(|| {
             format!(

@@ -4,6 +4,7 @@
 mod flow;
 mod principals;
 mod retention;
+mod revision;
 mod sources;
 mod targets;
 mod telemetry;
@@ -21,6 +22,7 @@ use switchyard_core::Workflow;
 pub use flow::{RatesConfig, coalesce_refusal};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
+pub use revision::revision_content;
 pub use sources::{ResolvedSource, SourceConfig};
 pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
@@ -201,16 +203,8 @@ fn share_of(total: usize, share: f64) -> usize {
     part.min(total)
 }
 
-/// How an acknowledged event survives a crash on SQLite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Durability {
-    /// `synchronous = FULL`: an acknowledged event survives power loss.
-    #[default]
-    Full,
-    /// `synchronous = NORMAL`: survives a daemon crash; the last commits may be lost on power loss.
-    Normal,
-}
+/// How an acknowledged event survives a crash on SQLite (the store's own setting).
+pub use switchyard_store::connect::Durability;
 
 /// `[database]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -232,6 +226,14 @@ pub struct DatabaseConfig {
 }
 
 impl DatabaseConfig {
+    /// What the store's pool is opened with.
+    pub fn store_options(&self) -> switchyard_store::connect::Options {
+        switchyard_store::connect::Options {
+            max_connections: self.max_connections,
+            durability: self.durability,
+        }
+    }
+
     fn default_url() -> String {
         "sqlite://switchyard.db?mode=rwc".into()
     }

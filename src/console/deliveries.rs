@@ -9,8 +9,8 @@ use axum::response::Response;
 use axum::routing::get;
 use serde::Deserialize;
 use switchyard_core::{Channel, Outcome, WorkflowStatus};
-use switchyard_router::now_millis;
-use switchyard_router::runs as lifecycle;
+use switchyard_store::now_millis;
+use switchyard_store::runs as lifecycle;
 
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, PAGE, given, query_string, render, stamp};
@@ -557,8 +557,8 @@ fn candidate_view(
 /// The outcome in words: "entity_locked: run R of workflow triage holds TCK-5510 until 10:42".
 fn sentence(
     row: &intake::Model,
-    holder: Option<&switchyard_router::entities::run::Model>,
-    lock: Option<&switchyard_router::entities::entity_lock::Model>,
+    holder: Option<&switchyard_store::entities::run::Model>,
+    lock: Option<&switchyard_store::entities::entity_lock::Model>,
     now: i64,
 ) -> String {
     let entity = row.target_entity_id.as_deref().unwrap_or("?");

@@ -5,8 +5,8 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use axum::routing::get;
 use serde::Deserialize;
-use switchyard_router::now_millis;
-use switchyard_router::runs as lifecycle;
+use switchyard_store::now_millis;
+use switchyard_store::runs as lifecycle;
 
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, given, render, stamp};

@@ -9,10 +9,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use serde::Deserialize;
-use switchyard_router::entities::run::{self, RunStatus};
-use switchyard_router::now_millis;
-use switchyard_router::outbox::{self, Redispatched};
-use switchyard_router::runs as lifecycle;
+use switchyard_store::entities::run::{self, RunStatus};
+use switchyard_store::now_millis;
+use switchyard_store::outbox::{self, Redispatched};
+use switchyard_store::runs as lifecycle;
 
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, PAGE, given, query_string, render, stamp};
@@ -356,7 +356,7 @@ async fn finish(
         &id,
         run.fencing_token,
         status,
-        &switchyard_router::bounded::Report::default(),
+        &switchyard_store::bounded::Report::default(),
     )
     .await?;
     Ok(Redirect::to(&format!(

@@ -6,7 +6,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::get;
-use switchyard_router::{now_millis, outbox};
+use switchyard_store::{now_millis, outbox};
 
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, render};

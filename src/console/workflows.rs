@@ -10,7 +10,7 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use axum::routing::get;
 use serde::Deserialize;
-use switchyard_router::now_millis;
+use switchyard_store::now_millis;
 
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, given, render, stamp};

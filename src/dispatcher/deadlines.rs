@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
-use switchyard_router::{bounded, now_millis};
+use switchyard_store::{bounded, now_millis};
 use tokio::sync::watch;
 
 /// How often active runs are looked at for passed deadlines.

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use switchyard_router::now_millis;
+use switchyard_store::now_millis;
 use tokio::sync::watch;
 
 use super::transports::PushTarget;

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Statement, Value};
-use switchyard_router::outbox::ClaimedRun;
+use switchyard_store::outbox::ClaimedRun;
 
 use crate::store::entities::intake;
 

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 use switchyard_core::{Channel, Event};
 use switchyard_dispatch::{PrincipalInfo, RunInfo, RunMessage};
-use switchyard_router::outbox::ClaimedRun;
-use switchyard_router::{Millis, millis_rfc3339};
+use switchyard_store::outbox::ClaimedRun;
+use switchyard_store::{Millis, millis_rfc3339};
 
 use crate::authority::Authority;
 use crate::store::entities::intake;

@@ -23,8 +23,8 @@ use sea_orm::DatabaseConnection;
 use serde::Serialize;
 use switchyard_dispatch::schedule::jitter;
 use switchyard_dispatch::{AttemptResult, Outbound};
-use switchyard_router::outbox::{self, ClaimedRun, Recorded, Verdict};
-use switchyard_router::{Millis, millis_rfc3339, now_millis};
+use switchyard_store::outbox::{self, ClaimedRun, Recorded, Verdict};
+use switchyard_store::{Millis, millis_rfc3339, now_millis};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::background::Background;
@@ -719,7 +719,7 @@ async fn record_with_retries(db: &DatabaseConnection, batch: Vec<Recorded>) {
 }
 
 /// The run's `max_attempts` budget (no bound for runs that recorded none).
-fn budgeted_attempts(run: &switchyard_router::entities::run::Model) -> u32 {
+fn budgeted_attempts(run: &switchyard_store::entities::run::Model) -> u32 {
     crate::bounds::budgets_of(run)
         .get(crate::config::MAX_ATTEMPTS)
         .and_then(serde_json::Value::as_u64)
@@ -732,7 +732,7 @@ fn millis(duration: Duration) -> Millis {
 
 #[cfg(test)]
 mod tests {
-    use switchyard_router::outbox::Verdict;
+    use switchyard_store::outbox::Verdict;
     use tokio::sync::mpsc;
 
     use super::writer_records::tests::{attempt, ids};

@@ -18,8 +18,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use switchyard_router::Millis;
-use switchyard_router::outbox::ClaimedRun;
+use switchyard_store::Millis;
+use switchyard_store::outbox::ClaimedRun;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::message::Routed;

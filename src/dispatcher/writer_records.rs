@@ -12,7 +12,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use switchyard_router::outbox::{Recorded, Verdict};
+use switchyard_store::outbox::{Recorded, Verdict};
 use tokio::sync::{Notify, oneshot};
 
 /// How long the recorder waits for the writer to take an offer before recording it itself (a
@@ -181,9 +181,9 @@ impl Taken {
 
 #[cfg(test)]
 pub(super) mod tests {
-    use switchyard_router::entities::dispatch::{self, DispatchStatus};
-    use switchyard_router::entities::run::{self, RunStatus};
-    use switchyard_router::outbox::{ClaimedRun, Recorded, Verdict};
+    use switchyard_store::entities::dispatch::{self, DispatchStatus};
+    use switchyard_store::entities::run::{self, RunStatus};
+    use switchyard_store::outbox::{ClaimedRun, Recorded, Verdict};
 
     use super::Inbox;
 

@@ -12,8 +12,8 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchyard_core::Outcome;
-use switchyard_router::now_millis;
-use switchyard_router::runs as lifecycle;
+use switchyard_store::now_millis;
+use switchyard_store::runs as lifecycle;
 
 use super::auth::Principal;
 use super::{ApiError, AppState};
@@ -346,7 +346,7 @@ async fn workflows(
     } else {
         Default::default()
     };
-    let degraded = live.authority.degraded(switchyard_router::now_millis());
+    let degraded = live.authority.degraded(switchyard_store::now_millis());
     let workflows: Vec<Value> = live
         .workflows
         .iter()

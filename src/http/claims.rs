@@ -18,9 +18,9 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchyard_dispatch::schedule::jitter;
-use switchyard_router::entities::dispatch;
-use switchyard_router::outbox::{self, ClaimError, ClaimedRun, PullClaim, PullTarget};
-use switchyard_router::{Millis, now_millis};
+use switchyard_store::entities::dispatch;
+use switchyard_store::outbox::{self, ClaimError, ClaimedRun, PullClaim, PullTarget};
+use switchyard_store::{Millis, now_millis};
 use tokio::time::Instant;
 
 use super::auth::Principal;
@@ -283,10 +283,10 @@ async fn checked(
             .unwrap_or(i64::MAX);
         if i64::from(claim.claimed.dispatch.attempts) > budget {
             let detail = format!("claimed {budget} times without finishing (its budget)");
-            switchyard_router::bounded::end(
+            switchyard_store::bounded::end(
                 &state.db,
                 &claim.claimed.run.id,
-                switchyard_router::entities::run::RunStatus::DeadLettered,
+                switchyard_store::entities::run::RunStatus::DeadLettered,
                 "max_attempts",
                 Some(detail),
                 now,
@@ -392,7 +392,7 @@ async fn find_claim(
         .await?
         .ok_or_else(|| claim_error(ClaimError::Lost))?;
     if principal.tenants().is_some() {
-        let run = switchyard_router::runs::get(&state.db, &row.run_id).await?;
+        let run = switchyard_store::runs::get(&state.db, &row.run_id).await?;
         if !run.is_some_and(|run| principal.sees(&run.tenant_id)) {
             return Err(claim_error(ClaimError::Lost));
         }

@@ -16,8 +16,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use switchyard_router::now_millis;
-use switchyard_router::outbox;
+use switchyard_store::now_millis;
+use switchyard_store::outbox;
 
 use super::auth::bearer_principal;
 use super::{ApiError, AppState};

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use switchyard_router::{now_millis, outbox};
+use switchyard_store::{now_millis, outbox};
 
 use super::{ApiError, AppState};
 use crate::metrics::{RevisionLabel, SourceLabel, TargetLabel, WriterLabel, metrics};

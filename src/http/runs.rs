@@ -8,11 +8,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use switchyard_router::bounded::{Report, Usage};
-use switchyard_router::entities::run::{self, RunStatus};
-use switchyard_router::now_millis;
-use switchyard_router::outbox::{self, Redispatched};
-use switchyard_router::runs::{self as lifecycle, RunError};
+use switchyard_store::bounded::{Report, Usage};
+use switchyard_store::entities::run::{self, RunStatus};
+use switchyard_store::now_millis;
+use switchyard_store::outbox::{self, Redispatched};
+use switchyard_store::runs::{self as lifecycle, RunError};
 
 use super::admin::{millis_to_rfc3339, parse_limit};
 use super::auth::Principal;

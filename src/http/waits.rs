@@ -15,8 +15,8 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchyard_core::{Channel, Event, Outcome};
-use switchyard_router::entities::wait;
-use switchyard_router::now_millis;
+use switchyard_store::entities::wait;
+use switchyard_store::now_millis;
 use uuid::Uuid;
 
 use super::admin::millis_to_rfc3339;

@@ -5,10 +5,12 @@
 use std::collections::HashMap;
 
 use switchyard_core::{Event, Outcome};
-use switchyard_router::entities::dispatch::{self, DispatchStatus};
-use switchyard_router::entities::run::RunStatus;
-use switchyard_router::entities::{entity_lock, run_history};
-use switchyard_router::{Choice, Decision, LockBatch, LockChanges, Millis};
+use switchyard_router::{Choice, Decision, LockBatch};
+use switchyard_store::Millis;
+use switchyard_store::entities::dispatch::{self, DispatchStatus};
+use switchyard_store::entities::run::RunStatus;
+use switchyard_store::entities::{entity_lock, run_history};
+use switchyard_store::leases::LockChanges;
 
 use super::flow::Admit;
 use super::{Answer, Delivery, DeliveryBody};
@@ -90,7 +92,7 @@ fn refuse_unauthorised(
     choices: &mut [Choice],
     live: &Live,
 ) -> Vec<(usize, std::sync::Arc<str>, Refusal)> {
-    let now = switchyard_router::now_millis();
+    let now = switchyard_store::now_millis();
     let mut refused = Vec::new();
     for (i, choice) in choices.iter_mut().enumerate() {
         if let Choice::Chosen(candidate) = choice
@@ -282,7 +284,7 @@ pub(super) fn decide(
                         outcome: Outcome::Coalesced,
                         detail: Some(format!(
                             "joined run {run_id}, which waits for further events until {}",
-                            switchyard_router::millis_rfc3339(due_at)
+                            switchyard_store::millis_rfc3339(due_at)
                         )),
                         workflow_id: choice.candidate().map(|c| c.workflow_id.to_string()),
                         run_id: Some(run_id),

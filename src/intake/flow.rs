@@ -19,7 +19,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use switchyard_core::{Channel, Coalesce, Event, Rate};
-use switchyard_router::{Choice, LockBatch, Millis};
+use switchyard_router::{Choice, LockBatch};
+use switchyard_store::Millis;
 
 use super::Delivery;
 use crate::config::Config;
@@ -327,7 +328,7 @@ impl<'a> Gate<'a> {
                                  wait for dispatch (max_queued = {max}); a retry is admitted \
                                  once one is dispatched, at the soonest from {}",
                                 counts.queued,
-                                switchyard_router::millis_rfc3339(retry_at)
+                                switchyard_store::millis_rfc3339(retry_at)
                             ),
                             retry_at,
                         };
@@ -399,7 +400,7 @@ impl<'a> Gate<'a> {
                         detail: format!(
                             "ceiling `rate` of {kind} `{name}` reached ({rate}); a retry is \
                              admitted from {}",
-                            switchyard_router::millis_rfc3339(retry_at)
+                            switchyard_store::millis_rfc3339(retry_at)
                         ),
                         retry_at,
                     });

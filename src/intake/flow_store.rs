@@ -9,8 +9,8 @@
 //! windows (the holders' dispatch rows, row-locked so no dispatcher claims them before the
 //! commit). Replaced `rate_limited` rows are deleted before the ledger rows are inserted.
 
-use switchyard_router::Millis;
-use switchyard_router::entities::entity_lock;
+use switchyard_store::Millis;
+use switchyard_store::entities::entity_lock;
 
 use super::flow::{Counts, Found, Needs, Window, Writes};
 
@@ -27,7 +27,7 @@ fn holders(leases: &[entity_lock::Model], now: Millis) -> Vec<String> {
 
 /// The statuses of runs that hold a `max_running` slot: active, but no longer queued.
 fn running_statuses() -> Vec<&'static str> {
-    switchyard_router::ceilings::running_statuses()
+    switchyard_store::ceilings::running_statuses()
 }
 
 /// [`running_statuses`] as an SQL list of literals.

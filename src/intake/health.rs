@@ -34,7 +34,7 @@ impl Default for WriterHealth {
 impl WriterHealth {
     pub fn committed(&self) {
         self.last_commit_ms
-            .store(switchyard_router::now_millis(), Ordering::Relaxed);
+            .store(switchyard_store::now_millis(), Ordering::Relaxed);
         self.consecutive_failures.store(0, Ordering::Relaxed);
     }
 
@@ -55,7 +55,7 @@ impl WriterHealth {
         WriterStatus {
             healthy: alive && consecutive_failures < UNHEALTHY_AFTER_FAILURES,
             alive,
-            last_commit: (last > 0).then(|| switchyard_router::millis_rfc3339(last)),
+            last_commit: (last > 0).then(|| switchyard_store::millis_rfc3339(last)),
             consecutive_failures,
             panics: self.panics.load(Ordering::Relaxed),
             queue_depth,

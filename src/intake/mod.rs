@@ -122,7 +122,7 @@ impl Delivery {
             source: source.into(),
             delivery_id: bounded_key(delivery_id.into()),
             scope: String::new(),
-            received_at: switchyard_router::now_millis(),
+            received_at: switchyard_store::now_millis(),
             raw: None,
             payload_text: body.event().map(|event| event.payload.to_string()),
             body,

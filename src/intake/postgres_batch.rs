@@ -26,9 +26,9 @@ use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::postgres::PgRow;
 use sea_orm::sqlx::{self, PgConnection, PgPool, Postgres, Row};
 use sea_orm::{DbErr, RuntimeErr};
-use switchyard_router::entities::entity_lock;
-use switchyard_router::entities::run::RunStatus;
-use switchyard_router::{ACTIVE, Millis, now_millis};
+use switchyard_store::entities::entity_lock;
+use switchyard_store::entities::run::RunStatus;
+use switchyard_store::{ACTIVE, Millis, now_millis};
 
 use super::decide::{self, Committed, Decided, Found, Lookups, SourceKey};
 use super::flow::Writes;
@@ -417,7 +417,7 @@ SELECT * FROM UNNEST($34::text[], $35::text[], $36::text[], $37::text[], $38::te
                      $87::text[])";
 
 /// Active runs whose expired lease another run took over (and their pending dispatches), found
-/// by key alone with the status checked in `SET` (`switchyard_router::by_key`). Rare, so also
+/// by key alone with the status checked in `SET` (`switchyard_store::by_key`). Rare, so also
 /// planned with its values each time ([`CUSTOM_PLANS`]).
 const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 const EXPIRE_RUNS: &str = "\

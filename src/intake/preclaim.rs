@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 
-use switchyard_router::Millis;
-use switchyard_router::entities::dispatch::DispatchStatus;
-use switchyard_router::outbox::ClaimedRun;
+use switchyard_store::Millis;
+use switchyard_store::entities::dispatch::DispatchStatus;
+use switchyard_store::outbox::ClaimedRun;
 use uuid::Uuid;
 
 use super::decide::Decided;

@@ -4,8 +4,8 @@
 //! when the claim lapses), each only with a free slot, dispatches of ended runs cancelled.
 
 use rusqlite::{Transaction, params};
-use switchyard_router::entities::dispatch::DispatchStatus;
-use switchyard_router::{ACTIVE, Millis};
+use switchyard_store::entities::dispatch::DispatchStatus;
+use switchyard_store::{ACTIVE, Millis};
 
 use crate::dispatcher::preclaim::{BacklogClaim, PreClaims};
 

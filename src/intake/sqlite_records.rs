@@ -6,10 +6,10 @@
 //! row, held or not. Dead letters (which release leases) stay with the dispatcher's recorder.
 
 use rusqlite::{Transaction, params};
-use switchyard_router::entities::dispatch::DispatchStatus;
-use switchyard_router::entities::run::RunStatus;
-use switchyard_router::outbox::{Recorded, Verdict, attempt_words};
-use switchyard_router::{Millis, millis_rfc3339};
+use switchyard_store::entities::dispatch::DispatchStatus;
+use switchyard_store::entities::run::RunStatus;
+use switchyard_store::outbox::{Recorded, Verdict, attempt_words};
+use switchyard_store::{Millis, millis_rfc3339};
 use uuid::Uuid;
 
 /// Records `attempts` (deliveries and retries); returns, per attempt, whether it still held its

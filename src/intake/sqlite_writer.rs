@@ -13,9 +13,9 @@ use std::time::Duration;
 use rusqlite::{
     CachedStatement, Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior, params,
 };
-use switchyard_router::entities::entity_lock;
-use switchyard_router::entities::run::RunStatus;
-use switchyard_router::{ACTIVE, now_millis};
+use switchyard_store::entities::entity_lock;
+use switchyard_store::entities::run::RunStatus;
+use switchyard_store::{ACTIVE, now_millis};
 use tokio::sync::mpsc;
 
 use super::decide::{self, Committed, Decided, DeliveryKey, Found, Lookups, SourceKey};
@@ -27,7 +27,7 @@ use crate::config::Durability;
 use crate::dispatcher::preclaim::PreClaims;
 use crate::dispatcher::writer_records::Taken;
 use crate::live::{Live, LiveConfig};
-use switchyard_router::outbox::Recorded;
+use switchyard_store::outbox::Recorded;
 
 fn open(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
     let conn = Connection::open_with_flags(
@@ -145,7 +145,7 @@ fn run(
 /// transaction of their own.
 fn record_and_claim(conn: &mut Connection, taken: Taken, claims: &PreClaims) {
     let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _turn = switchyard_router::write_turn::take_blocking();
+        let _turn = switchyard_store::write_turn::take_blocking();
         let now = now_millis();
         let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let backlog = super::sqlite_backlog::claim(&txn, claims, now)?;
@@ -262,7 +262,7 @@ fn commit_batch(
     claims: &PreClaims,
 ) -> rusqlite::Result<(Committed, Vec<bool>)> {
     // Held until the commit: a pooled connection waiting for a turn then finds the lock free.
-    let _turn = switchyard_router::write_turn::take_blocking();
+    let _turn = switchyard_store::write_turn::take_blocking();
     let now = now_millis();
     let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let lookups = Lookups::needed(deliveries, live);

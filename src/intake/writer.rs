@@ -8,9 +8,10 @@ use std::time::Duration;
 use futures::FutureExt;
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{DatabaseConnection, DbBackend, DbErr, EntityTrait, RuntimeErr, SqlErr};
-use switchyard_router::entities::{dispatch, run_history};
-use switchyard_router::runs::begin_write;
-use switchyard_router::{lock_leases, now_millis};
+use switchyard_store::entities::{dispatch, run_history};
+use switchyard_store::leases::lock_leases;
+use switchyard_store::now_millis;
+use switchyard_store::runs::begin_write;
 use tokio::sync::mpsc;
 
 use super::decide::{self, Committed, Found, Lookups};

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
-use switchyard_router::entities::{run, run_history};
+use switchyard_store::entities::{run, run_history};
 
 /// One run's holds of its entity: `[from, until)` intervals, `until = None` still held.
 #[derive(Debug, Clone)]
@@ -133,7 +133,7 @@ fn holds_of(run: &run::Model, history: &[run_history::Model]) -> Holds {
 
 #[cfg(test)]
 mod tests {
-    use switchyard_router::entities::run::RunStatus;
+    use switchyard_store::entities::run::RunStatus;
 
     use super::*;
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sea_orm::{DatabaseConnection, DbErr};
-use switchyard_router::now_millis;
+use switchyard_store::now_millis;
 use uuid::Uuid;
 
 use super::engine::{self, Memory, Replayed, Routing, Under};

@@ -80,7 +80,7 @@ pub async fn page<C: ConnectionTrait>(
 }
 
 pub async fn create(db: &DatabaseConnection, row: replay::Model) -> Result<(), DbErr> {
-    let txn = switchyard_router::runs::begin_write(db).await?;
+    let txn = switchyard_store::runs::begin_write(db).await?;
     replay::ActiveModel::from(row).insert(&txn).await?;
     txn.commit().await
 }
@@ -94,7 +94,7 @@ pub async fn record_batch(
 ) -> Result<(), DbErr> {
     let done = results.len() as i64;
     let differ = results.iter().filter(|r| r.differs).count() as i64;
-    let txn = switchyard_router::runs::begin_write(db).await?;
+    let txn = switchyard_store::runs::begin_write(db).await?;
     if !results.is_empty() {
         // A rerun replaces what an earlier run recorded for the same deliveries.
         replay_result::Entity::delete_many()
@@ -128,7 +128,7 @@ pub async fn record_batch(
 
 /// Marks a replay started (again): counters from zero, its total as counted now.
 pub async fn start(db: &DatabaseConnection, id: &str, total: i64, now: i64) -> Result<(), DbErr> {
-    let txn = switchyard_router::runs::begin_write(db).await?;
+    let txn = switchyard_store::runs::begin_write(db).await?;
     replay::Entity::update_many()
         .col_expr(replay::Column::Status, Expr::value("running"))
         .col_expr(replay::Column::Total, Expr::value(total))
@@ -155,7 +155,7 @@ pub async fn finish(
     error: Option<String>,
     now: i64,
 ) -> Result<(), DbErr> {
-    let txn = switchyard_router::runs::begin_write(db).await?;
+    let txn = switchyard_store::runs::begin_write(db).await?;
     replay::Entity::update_many()
         .col_expr(replay::Column::Status, Expr::value(status))
         .col_expr(replay::Column::Error, Expr::value(error))

@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use switchyard_core::Outcome;
-use switchyard_router::entities::run;
+use switchyard_store::entities::run;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 

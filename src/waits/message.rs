@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 use switchyard_dispatch::{Proposal, ResumeInfo};
-use switchyard_router::entities::wait;
-use switchyard_router::outbox::ClaimedRun;
+use switchyard_store::entities::wait;
+use switchyard_store::outbox::ClaimedRun;
 
 use crate::store::entities::intake;
 

@@ -22,11 +22,11 @@ pub mod resume;
 pub mod timers;
 
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect};
-use switchyard_router::Millis;
-use switchyard_router::entities::dispatch::{self, DispatchStatus};
-use switchyard_router::entities::entity_lock;
-use switchyard_router::entities::run::{self, RunStatus};
-use switchyard_router::entities::wait::{self, WaitStatus};
+use switchyard_store::Millis;
+use switchyard_store::entities::dispatch::{self, DispatchStatus};
+use switchyard_store::entities::entity_lock;
+use switchyard_store::entities::run::{self, RunStatus};
+use switchyard_store::entities::wait::{self, WaitStatus};
 use uuid::Uuid;
 
 /// A new resume token: opaque, 244 random bits (two v4 UUIDs), prefixed so it is recognisable
@@ -108,11 +108,11 @@ pub(crate) async fn resume_run<C: ConnectionTrait>(
         .col_expr(run::Column::Status, status.as_str().into())
         .col_expr(run::Column::UpdatedAt, now.into())
         .filter(run::Column::Id.eq(run.id.as_str()))
-        .filter(run::Column::Status.is_in(switchyard_router::ACTIVE))
+        .filter(run::Column::Status.is_in(switchyard_store::ACTIVE))
         .exec(txn)
         .await?;
     extend_lease(txn, run, now.saturating_add(run.lock_ttl_ms), now).await?;
-    switchyard_router::outbox::history(txn, &run.id, status, "resumed", Some(history_detail), now)
+    switchyard_store::outbox::history(txn, &run.id, status, "resumed", Some(history_detail), now)
         .await
         .map(|_| dispatch_id)
 }

@@ -7,11 +7,11 @@ use std::time::Duration;
 use sea_orm::{
     ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, SqlErr,
 };
-use switchyard_router::entities::dispatch::{self, DispatchStatus};
-use switchyard_router::entities::run::{self, RunStatus};
-use switchyard_router::entities::wait::{self, WaitStatus};
-use switchyard_router::runs::begin_write;
-use switchyard_router::{Millis, millis_rfc3339};
+use switchyard_store::entities::dispatch::{self, DispatchStatus};
+use switchyard_store::entities::run::{self, RunStatus};
+use switchyard_store::entities::wait::{self, WaitStatus};
+use switchyard_store::runs::begin_write;
+use switchyard_store::{Millis, millis_rfc3339};
 use uuid::Uuid;
 
 /// Longest deadline a wait may have.
@@ -221,7 +221,7 @@ pub async fn open(
         .filter(run::Column::Id.eq(run.id.as_str()))
         .exec(&txn)
         .await?;
-    switchyard_router::outbox::history(
+    switchyard_store::outbox::history(
         &txn,
         &run.id,
         RunStatus::NeedsInput,

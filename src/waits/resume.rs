@@ -16,10 +16,10 @@ use sea_orm::{
 };
 use serde_json::Value;
 use switchyard_core::{Event, Outcome};
-use switchyard_router::Millis;
-use switchyard_router::entities::run;
-use switchyard_router::entities::wait::{self, WaitStatus};
-use switchyard_router::runs::begin_write;
+use switchyard_store::Millis;
+use switchyard_store::entities::run;
+use switchyard_store::entities::wait::{self, WaitStatus};
+use switchyard_store::runs::begin_write;
 
 use crate::intake::{Answer, Delivery, DeliveryBody};
 use crate::live::Live;
@@ -296,7 +296,7 @@ fn judge(
                     "wait {} of run {} timed out at {} (on_timeout {})",
                     wait.wait_id,
                     run.id,
-                    switchyard_router::millis_rfc3339(wait.deadline),
+                    switchyard_store::millis_rfc3339(wait.deadline),
                     wait.on_timeout
                 ),
             );
@@ -327,7 +327,7 @@ fn judge(
                 "wait {} of run {} expired at {}",
                 wait.wait_id,
                 run.id,
-                switchyard_router::millis_rfc3339(wait.deadline)
+                switchyard_store::millis_rfc3339(wait.deadline)
             ),
         );
     }

@@ -8,11 +8,11 @@ use std::time::Duration;
 use sea_orm::{
     ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
 };
-use switchyard_router::entities::dispatch::{self, DispatchStatus};
-use switchyard_router::entities::run::{self, RunStatus};
-use switchyard_router::entities::wait::{self, WaitStatus};
-use switchyard_router::runs::begin_write;
-use switchyard_router::{Millis, millis_rfc3339, now_millis};
+use switchyard_store::entities::dispatch::{self, DispatchStatus};
+use switchyard_store::entities::run::{self, RunStatus};
+use switchyard_store::entities::wait::{self, WaitStatus};
+use switchyard_store::runs::begin_write;
+use switchyard_store::{Millis, millis_rfc3339, now_millis};
 use tokio::sync::watch;
 
 use crate::background::Background;
@@ -176,7 +176,7 @@ async fn fail_run(
         .filter(run::Column::Id.eq(run.id.as_str()))
         .exec(txn)
         .await?;
-    switchyard_router::runs::release_lease(txn, run, now).await?;
+    switchyard_store::runs::release_lease(txn, run, now).await?;
     dispatch::Entity::update_many()
         .col_expr(
             dispatch::Column::Status,
@@ -197,7 +197,7 @@ async fn fail_run(
         .filter(wait::Column::Status.eq(WaitStatus::Open))
         .exec(txn)
         .await?;
-    switchyard_router::outbox::history(
+    switchyard_store::outbox::history(
         txn,
         &run.id,
         RunStatus::Failed,

@@ -1,6 +1,6 @@
 //! The outbox statements that run behind a backlog are planned by key (or by the due index, in
 //! its order) on SQLite and PostgreSQL without statistics, as a freshly migrated database has
-//! none: never by walking every row of one status (`switchyard_router::by_key`). Each check is
+//! none: never by walking every row of one status (`switchyard_store::by_key`). Each check is
 //! paired with the statement shape it replaced, which the same planner does walk, so a planner
 //! that chose keys anyway would fail the test rather than pass it unseen.
 
@@ -9,10 +9,10 @@ use sea_orm::{
     Statement,
 };
 use sea_orm_migration::MigratorTrait;
-use switchyard_router::by_key;
-use switchyard_router::entities::dispatch::{self, DispatchStatus};
-use switchyard_router::entities::run::{self, RunStatus};
-use switchyard_router::outbox;
+use switchyard_store::by_key;
+use switchyard_store::entities::dispatch::{self, DispatchStatus};
+use switchyard_store::entities::run::{self, RunStatus};
+use switchyard_store::outbox;
 
 use super::harness::{Backend, TestDb};
 
@@ -157,12 +157,11 @@ async fn postgres_connections_plan_each_execution_for_its_values() {
     let Some(test_db) = TestDb::create(Backend::Postgres).await else {
         return;
     };
-    let one = switchyard::config::DatabaseConfig {
-        url: test_db.url.clone(),
+    let one = switchyard_store::connect::Options {
         max_connections: Some(1),
         ..Default::default()
     };
-    let db = switchyard::store::connect(&test_db.url, &one)
+    let db = switchyard_store::connect(&test_db.url, &one)
         .await
         .expect("connect");
     let rows = db
@@ -279,7 +278,7 @@ async fn the_deadline_timer_reads_the_partial_deadline_index() {
             definition.contains("WHERE") && definition.contains("IS NOT NULL"),
             "{backend:?}: runs_deadline is not partial: {definition}"
         );
-        let statement = switchyard_router::bounded::past_deadlines(1_000, 256).build(kind);
+        let statement = switchyard_store::bounded::past_deadlines(1_000, 256).build(kind);
         let plan = plan(&db, statement).await;
         assert_eq!(
             status_index(&plan),

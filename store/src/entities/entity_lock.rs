@@ -23,6 +23,28 @@ impl Model {
     pub fn held_at(&self, now: i64) -> Option<&str> {
         self.run_id.as_deref().filter(|_| self.expires_at > now)
     }
+
+    /// The lease `run` holds once it takes the entity again (a redispatch) over `current`, with
+    /// the next fencing token, or the run that holds it now.
+    pub fn retaken(
+        current: Option<&Model>,
+        run: &super::run::Model,
+        now: i64,
+    ) -> Result<Model, String> {
+        if let Some(holder) = current.and_then(|row| row.held_at(now))
+            && holder != run.id
+        {
+            return Err(holder.to_owned());
+        }
+        Ok(Model {
+            tenant_id: run.tenant_id.clone(),
+            target_entity_id: run.target_entity_id.clone(),
+            run_id: Some(run.id.clone()),
+            fencing_token: current.map_or(1, |row| row.fencing_token + 1),
+            expires_at: now.saturating_add(run.lock_ttl_ms),
+            updated_at: now,
+        })
+    }
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -1072,13 +1072,23 @@ pub async fn redispatch(
         .await?
         .ok_or_else(|| RunError::NotFound(format!("{run_id} (no dispatch)")))?;
     let key = (run.tenant_id.clone(), run.target_entity_id.clone());
-    let lease = crate::lock_leases(&txn, std::slice::from_ref(&key)).await?;
-    let mut locks = crate::LockBatch::from_rows([key], lease, now);
-    let token = match locks.retake(&run, now) {
-        Ok(token) => token,
+    let stored = crate::leases::lock_leases(&txn, std::slice::from_ref(&key))
+        .await?
+        .pop();
+    let lease = match entity_lock::Model::retaken(stored.as_ref(), &run, now) {
+        Ok(lease) => lease,
         Err(held_by_run_id) => return Ok(Redispatched::EntityLocked { held_by_run_id }),
     };
-    locks.into_changes().persist(&txn).await?;
+    let token = lease.fencing_token;
+    let mut changes = crate::leases::LockChanges {
+        now,
+        ..Default::default()
+    };
+    match stored {
+        None => changes.created.push(lease),
+        Some(_) => changes.changed.push(lease),
+    }
+    changes.persist(&txn).await?;
     run::Entity::update_many()
         .col_expr(run::Column::Status, RunStatus::Queued.as_str().into())
         .col_expr(run::Column::FencingToken, token.into())

@@ -14,10 +14,10 @@
 use sea_orm::sea_query::{Expr, SimpleExpr};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, Select, UpdateMany, Value};
 
+use crate::ACTIVE;
 use crate::Millis;
 use crate::entities::dispatch::{self, DispatchStatus};
 use crate::entities::run::{self, RunStatus};
-use crate::lock_batch::ACTIVE;
 
 /// The dispatches with these ids.
 pub fn dispatches(ids: impl IntoIterator<Item = String>) -> Select<dispatch::Entity> {

@@ -2,10 +2,10 @@
 //! where the last one stopped. Cursors advance in the intake writer's transaction; this module
 //! reads them and manages the leases.
 
+use crate::runs::begin_write;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect,
 };
-use switchyard_router::runs::begin_write;
 
 use super::entities::{mailbox_cursor, poller_lease};
 

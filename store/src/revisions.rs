@@ -12,8 +12,7 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 use switchyard_core::Workflow;
 
-use super::entities::config_revision;
-use crate::config::{BUILTIN_PULL, Settings};
+use crate::entities::config_revision;
 
 /// What a revision said, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,58 +63,6 @@ pub struct Part {
 }
 
 impl RevisionContent {
-    /// What `settings` says, without its secrets.
-    pub fn of(settings: &Settings) -> Self {
-        let config = &settings.loaded.config;
-        let workflows = config
-            .workflows
-            .iter()
-            .map(|w| RevisionWorkflow {
-                workflow: w.to_workflow(),
-                target: w.target.clone().unwrap_or_else(|| BUILTIN_PULL.to_owned()),
-                run_as: w.run_as.as_ref().map(|r| r.get_ref().clone()),
-                requires: w.requires.clone(),
-            })
-            .collect();
-        let principals = config
-            .principals
-            .iter()
-            .map(|p| RevisionPrincipal {
-                id: p.id.clone(),
-                tenant: p.tenant.clone(),
-                kind: p.kind.as_str().to_owned(),
-                status: p.status.as_str().to_owned(),
-                valid_until: p.valid_until_millis(),
-                capabilities: p.capabilities.clone(),
-            })
-            .collect();
-        let sources = config
-            .sources
-            .iter()
-            .map(|s| Part {
-                kind: s.kind().to_owned(),
-                name: s.name().to_owned(),
-                tenants: s.tenants().into_iter().map(str::to_owned).collect(),
-            })
-            .collect();
-        let targets = settings
-            .loaded
-            .targets()
-            .iter()
-            .map(|t| Part {
-                kind: t.kind().to_owned(),
-                name: t.name().to_owned(),
-                tenants: Vec::new(),
-            })
-            .collect();
-        Self {
-            workflows,
-            sources,
-            targets,
-            principals,
-        }
-    }
-
     /// The workflows in domain form (for a trigger index of this revision).
     pub fn domain_workflows(&self) -> Vec<Workflow> {
         self.workflows.iter().map(|w| w.workflow.clone()).collect()
@@ -171,7 +118,7 @@ pub async fn record(
     content: &RevisionContent,
     now: i64,
 ) -> Result<bool, DbErr> {
-    let txn = switchyard_router::runs::begin_write(db).await?;
+    let txn = crate::runs::begin_write(db).await?;
     let open = config_revision::Entity::find()
         .filter(config_revision::Column::InForceUntil.is_null())
         .order_by_desc(config_revision::Column::Id)

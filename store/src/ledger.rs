@@ -197,7 +197,7 @@ pub async fn run_status_counts<C: ConnectionTrait>(
     tenants: Option<&[String]>,
     since: i64,
 ) -> Result<Vec<(String, String, i64)>, DbErr> {
-    use switchyard_router::entities::run;
+    use crate::entities::run;
     if tenants.is_some_and(<[String]>::is_empty) {
         return Ok(Vec::new());
     }
@@ -206,7 +206,7 @@ pub async fn run_status_counts<C: ConnectionTrait>(
         .column(run::Column::WorkflowId)
         .column(run::Column::Status)
         .column_as(run::Column::Id.count(), "n")
-        .filter(run::Column::Id.gte(crate::retention::cutoff_id(since)))
+        .filter(run::Column::Id.gte(crate::cutoff_id(since)))
         .group_by(run::Column::WorkflowId)
         .group_by(run::Column::Status);
     if let Some(tenants) = tenants {

@@ -1,12 +1,5 @@
-//! The database: connecting (with SQLite's durability pragmas), migrating, and the entities the
-//! daemon owns (the intake ledger, raw deliveries, workflows, mailbox cursors, poller leases).
-//! Runs and entity locks belong to the router crate.
-
-pub mod entities;
-pub mod ledger;
-pub mod mailbox;
-pub mod revisions;
-pub mod workflows;
+//! Connecting to the database (with SQLite's durability pragmas, PostgreSQL's and MariaDB's
+//! timeouts) and migrating it.
 
 use std::time::Duration;
 
@@ -15,13 +8,24 @@ use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbE
 use sea_orm_migration::MigratorTrait;
 use switchyard_migrations::Migrator;
 
-use crate::config::{DatabaseConfig, Durability};
+/// How an acknowledged event survives a crash on SQLite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// `synchronous = FULL`: an acknowledged event survives power loss.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: survives a daemon crash; the last commits may be lost on power loss.
+    Normal,
+}
 
-/// Longest id or key the indexed columns hold (tenant, event type, entity, delivery id, ...).
-pub const MAX_KEY_LEN: usize = switchyard_migrations::KEY_LEN as usize;
-
-/// Longest `raw_ref` the ledger holds (`intake.raw_ref` is `VARCHAR(64)` since m0001).
-pub const MAX_RAW_REF_LEN: usize = 64;
+/// What the pool is opened with.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Pooled connections at most (default 4 on SQLite, 16 elsewhere).
+    pub max_connections: Option<u32>,
+    pub durability: Durability,
+}
 
 /// Prepared statements kept per connection. The MySQL intake writer's multi-row statements
 /// differ by batch size (1 to 256 rows, several statements each); sqlx's default of 100
@@ -33,7 +37,7 @@ const STATEMENT_TIMEOUT: &str = "10s";
 
 /// Opens the pool. SQLite runs in WAL mode with `synchronous` per the configured durability,
 /// so a commit is on disk before any answer is sent.
-pub async fn connect(url: &str, config: &DatabaseConfig) -> Result<DatabaseConnection, DbErr> {
+pub async fn connect(url: &str, config: &Options) -> Result<DatabaseConnection, DbErr> {
     let is_sqlite = url.starts_with("sqlite:");
     let mut options = ConnectOptions::new(url.to_owned());
     options
