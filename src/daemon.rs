@@ -89,6 +89,7 @@ impl Daemon {
         let replays = crate::replay::Replayer::new(db.clone(), Some(intake.clone()));
         let state = AppState {
             replays,
+            store: store::Store::over(db.clone(), &url, &database.store_options()),
             db,
             live,
             intake,

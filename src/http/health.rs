@@ -22,7 +22,6 @@ use switchyard_store::outbox;
 use super::auth::bearer_principal;
 use super::{ApiError, AppState};
 use crate::config::Scope;
-use crate::store;
 
 /// How long `/readyz` answers with the pending counts it last read.
 pub const PENDING_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
@@ -81,7 +80,7 @@ async fn readyz(
     headers: HeaderMap,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let detail = shows_detail(&headers, &state)?;
-    let database = match store::ping(&state.db).await {
+    let database = match state.store.ping().await {
         Ok(()) => json!({"ok": true}),
         Err(error) => json!({"ok": false, "error": error.to_string()}),
     };

@@ -40,6 +40,9 @@ use crate::sources::SourceStatuses;
 /// What every handler can reach.
 #[derive(Debug, Clone)]
 pub struct AppState {
+    /// The database, as named operations.
+    pub store: switchyard_store::Store,
+    /// The pool, for handlers not yet moved onto `store`'s operations (transitional).
     pub db: DatabaseConnection,
     /// `/readyz`'s pending counts, read at most once a second.
     pub pending: Arc<health::PendingCache>,

@@ -1,6 +1,8 @@
 //! `switchyard-store`: every table of the Switchyard schema, and every statement over it, as
 //! named operations. Nothing outside this crate (and the frozen migrations) names a database.
 //!
+//! - [`Store`]: the handle the daemon holds; its methods are the named operations.
+//! - [`driver`]: the per-database seam (`sqlite/`, `postgres/`, `mysql/` implement it).
 //! - [`entities`]: the row types of every table.
 //! - [`connect`]: opening the pool (SQLite's durability pragmas, the servers' timeouts) and
 //!   migrating.
@@ -14,7 +16,9 @@ pub mod bounded;
 pub mod by_key;
 pub mod ceilings;
 pub mod connect;
+pub mod driver;
 pub mod entities;
+mod handle;
 pub mod leases;
 pub mod ledger;
 pub mod mailbox;
@@ -24,7 +28,12 @@ pub mod runs;
 pub mod workflows;
 pub mod write_turn;
 
+mod mysql;
+mod postgres;
+mod sqlite;
+
 pub use connect::{connect, migrate, ping};
+pub use handle::Store;
 pub use leases::ACTIVE;
 
 /// Milliseconds since the Unix epoch: how every time is stored.

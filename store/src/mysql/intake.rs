@@ -1,0 +1,5 @@
+//! MySql's own statements for the intake batch (stored answers, claimed messages, leases, flow gates and counts, coalescing windows, and the decided batch's writes).
+
+use super::MySql;
+
+impl crate::driver::IntakeDriver for MySql {}

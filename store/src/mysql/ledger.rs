@@ -1,0 +1,5 @@
+//! MySql's own statements for the ledger and the other records (reads of intake rows and raw bytes, revisions, replays, retention).
+
+use super::MySql;
+
+impl crate::driver::LedgerDriver for MySql {}

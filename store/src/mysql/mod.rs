@@ -1,0 +1,18 @@
+//! The MySQL and MariaDB driver: every statement that is MySQL and MariaDB's own, grouped by area and table.
+
+mod intake;
+mod ledger;
+mod outbox;
+mod runs;
+
+use crate::connect::Options;
+
+/// The MySQL and MariaDB driver.
+#[derive(Debug)]
+pub struct MySql {}
+
+impl MySql {
+    pub(crate) fn new(_url: &str, _options: &Options) -> Self {
+        Self {}
+    }
+}

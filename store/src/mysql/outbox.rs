@@ -1,0 +1,5 @@
+//! MySql's own statements for the outbox (claiming due dispatches, recording attempts, keep-alive of waiting leases, lapsed claims).
+
+use super::MySql;
+
+impl crate::driver::OutboxDriver for MySql {}

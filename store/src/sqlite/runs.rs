@@ -1,0 +1,5 @@
+//! Sqlite's own statements for the run lifecycle after dispatch (heartbeats, finishes, bounded runs and the deadline timer, durable waits).
+
+use super::Sqlite;
+
+impl crate::driver::RunsDriver for Sqlite {}

@@ -1,0 +1,1 @@
+//! Conformance of the runs operations.
