@@ -60,12 +60,13 @@ impl Daemon {
         log_revision(&live);
         let live = LiveConfig::new(live);
         let wake = Arc::new(Wake::default());
-        let intake = Intake::start(db.clone(), &url, &database, live.clone(), wake.clone())?;
+        let store = store::Store::over(db.clone(), &url, &database.store_options());
+        let intake = Intake::start(&store, &database, live.clone(), wake.clone())?;
         let sources = Arc::new(SourceStatuses::default());
         let replica_id = live.current().settings.loaded.replica_id();
         let targets = Arc::new(TargetHealths::default());
         let dispatcher = Arc::new(Dispatcher::start(
-            db.clone(),
+            store.clone(),
             live.clone(),
             // Unique per process: two daemons on one host and file must not share claims.
             format!("{replica_id}:{}", uuid::Uuid::now_v7().simple()),
@@ -89,7 +90,7 @@ impl Daemon {
         let replays = crate::replay::Replayer::new(db.clone(), Some(intake.clone()));
         let state = AppState {
             replays,
-            store: store::Store::over(db.clone(), &url, &database.store_options()),
+            store: store.clone(),
             db,
             live,
             intake,

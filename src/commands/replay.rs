@@ -183,9 +183,10 @@ fn live_intake(
 ) -> anyhow::Result<Intake> {
     let settings = Settings::resolve(loaded.clone(), &process_env)?;
     let live = LiveConfig::new(Live::new(settings));
+    let store =
+        switchyard_store::Store::over(db.clone(), url, &loaded.config.database.store_options());
     Intake::start(
-        db.clone(),
-        url,
+        &store,
         &loaded.config.database,
         live,
         Arc::new(Wake::default()),

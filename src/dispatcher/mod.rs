@@ -13,9 +13,8 @@ pub mod message;
 pub mod preclaim;
 pub mod pull_waiters;
 mod transports;
-pub mod writer_records;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use serde::Serialize;
 use switchyard_dispatch::schedule::jitter;
 use switchyard_dispatch::{AttemptResult, Outbound};
 use switchyard_store::outbox::{self, ClaimedRun, Recorded, Verdict};
-use switchyard_store::{Millis, millis_rfc3339, now_millis};
+use switchyard_store::{Millis, Store, millis_rfc3339, now_millis};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::background::Background;
@@ -39,11 +38,8 @@ pub struct Wake {
     pub dispatcher: Notify,
     /// Pull workers long-polling `POST /v1/claims`, woken by workflow.
     pub pull: pull_waiters::PullWaiters,
-    /// Dispatches the SQLite intake writer claimed for this dispatcher ([`preclaim`]).
+    /// Dispatches the intake writers claimed for this dispatcher ([`preclaim`]).
     pub preclaims: preclaim::PreClaims,
-    /// Delivered and retried attempts the SQLite intake writer records in its next batch
-    /// ([`writer_records`]).
-    pub records: writer_records::Inbox,
 }
 
 impl Wake {
@@ -122,16 +118,16 @@ impl TargetHealths {
 pub struct Dispatcher(Background);
 
 impl Dispatcher {
-    /// Starts dispatching the outbox of `db` as replica `owner`.
+    /// Starts dispatching the outbox of `store` as replica `owner`.
     pub fn start(
-        db: DatabaseConnection,
+        store: Store,
         live: LiveConfig,
         owner: String,
         wake: Arc<Wake>,
         healths: Arc<TargetHealths>,
     ) -> Self {
         Self(Background::spawn(|stopped| {
-            run(db, live, owner, wake, healths, stopped)
+            run(store, live, owner, wake, healths, stopped)
         }))
     }
 
@@ -147,16 +143,17 @@ impl Dispatcher {
 }
 
 async fn run(
-    db: DatabaseConnection,
+    store: Store,
     live: LiveConfig,
     owner: String,
     wake: Arc<Wake>,
     healths: Arc<TargetHealths>,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let db = store.connection().clone();
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     let (records, queue) = mpsc::channel(IN_FLIGHT * 2);
-    let recorder = tokio::spawn(record_all(db.clone(), queue, healths, wake.clone()));
+    let recorder = tokio::spawn(record_all(store.clone(), queue, healths));
     let mut transports = Transports::default();
     let sender = Sender {
         records,
@@ -169,9 +166,8 @@ async fn run(
     let handover = tokio::spawn(handover::run(sender.clone(), handed_over, stopped.clone()));
     let keeper = tokio::spawn(keep_alive(db.clone(), stopped.clone()));
     let timer = tokio::spawn(deadlines::run(db.clone(), stopped.clone()));
-    // What makes this pass claim from the outbox (`None`: it only sends the backlog rows the
-    // writer claimed), and whether due rows may be waiting for a free slot (then a freed slot
-    // means a claim pass).
+    // What makes this pass claim from the outbox (`None`: nothing), and whether due rows may
+    // be waiting for a free slot (then a freed slot means a claim pass).
     let (mut claim_now, mut backlog): (Option<&'static str>, bool) = (Some("start"), true);
     let mut published = String::new();
     loop {
@@ -197,32 +193,19 @@ async fn run(
                     .map(|m| (m.workflow_id.clone(), m.target.clone())),
             );
         }
-        let backlog_claims = wake.preclaims.take_backlog();
-        if !backlog_claims.is_empty() {
-            send_backlog(&sender, transports.push(), backlog_claims, &current).await;
-        }
         let mut more = false;
-        let mut delegated = false;
         if claim_now.is_some() {
+            // This pass looks at every target's due rows, so what a pre-claim left waiting for
+            // a slot is looked at now (a claim that finds no slot from here on flags it again).
+            // Left set, every delivery that ends would start a claim pass of its own.
             backlog = false;
-            if !wake.records.is_open() {
-                // No SQLite writer looks at the backlog for this dispatcher: this pass reads
-                // it, so what a pre-claim left waiting for a slot is looked at now (a claim
-                // that finds no slot from here on flags it again). Left set, every delivery
-                // that ends would start a claim transaction of its own.
-                wake.preclaims.set_backlog_left(false);
-            }
+            wake.preclaims.set_backlog_left(false);
         }
         for (target, wake_label) in transports
             .push()
             .iter()
             .filter_map(|t| Some((t, claim_now?)))
         {
-            // The SQLite intake writer claims the backlog in its own transaction.
-            if wake.records.is_open() && wake.preclaims.writer_may_claim_for(&target.name) {
-                delegated = true;
-                continue;
-            }
             // Claim only what can be sent now: a claimed row waiting for a free slot would
             // see its claim lapse and be claimed (and sent) again. A full target is looked at
             // again when one of its deliveries ends (it wakes the loop).
@@ -241,22 +224,15 @@ async fn run(
                 backlog = true;
                 continue;
             };
-            crate::metrics::metrics()
-                .dispatch_claim_passes
-                .get_or_create(&crate::metrics::ClaimPassLabels {
-                    target: target.name.clone(),
-                    wake: wake_label,
-                })
-                .inc();
-            match claim(&db, target, &owner, free, &current).await {
-                Ok(claimed) => {
+            match claim(&store, target, &owner, free, &current, wake_label).await {
+                Ok((claimed_by, claimed)) => {
                     more |= claimed.len() == free;
                     backlog |= claimed.len() == free;
                     for (claimed, message, trace) in claimed {
                         let Some(permits) = slots.one() else {
                             break;
                         };
-                        sender.send(target, "dispatcher", claimed, message, trace, permits);
+                        sender.send(target, claimed_by, claimed, message, trace, permits);
                     }
                 }
                 Err(error) => {
@@ -265,10 +241,6 @@ async fn run(
                 }
             }
         }
-        if delegated {
-            wake.preclaims.want_backlog();
-            wake.records.wake_writer();
-        }
         if more {
             tokio::task::yield_now().await;
             claim_now = Some("more");
@@ -276,7 +248,6 @@ async fn run(
         }
         claim_now = tokio::select! {
             _ = wake.dispatcher.notified() => Some("new_runs"),
-            _ = wake.preclaims.backlog_ready.notified() => None,
             _ = wake.preclaims.slot_freed.notified() => {
                 (backlog || wake.preclaims.backlog_left()).then_some("slot_freed")
             }
@@ -410,18 +381,38 @@ async fn keep_alive(db: DatabaseConnection, mut stopped: watch::Receiver<bool>) 
     }
 }
 
-/// Claims due dispatches of one push target and builds their messages.
+/// Claims due dispatches of one push target and builds their messages; says who claimed
+/// them (`metrics::ClaimLabels`). An uncapped target's are claimed in the intake writer's
+/// next transaction where the database has one writer that carries claims (SQLite), else in
+/// a claim transaction of the dispatcher's own (counted by what started it).
 async fn claim(
-    db: &DatabaseConnection,
+    store: &Store,
     target: &PushTarget,
     owner: &str,
     limit: usize,
     live: &Live,
-) -> anyhow::Result<Vec<(ClaimedRun, Vec<u8>, DispatchSpan)>> {
+    wake: &'static str,
+) -> anyhow::Result<(&'static str, Vec<(ClaimedRun, Vec<u8>, DispatchSpan)>)> {
     let now = now_millis();
     let claim_until = now.saturating_add(millis(target.claim_for));
+    let capped = live.max_running.iter().any(|m| m.target == target.name);
+    if !capped
+        && let Some(claimed) = store
+            .claim_in_intake(&target.name, owner, limit, claim_until)
+            .await
+    {
+        let built = messages(store.connection(), target, claimed?, live, now).await?;
+        return Ok(("intake_backlog", built));
+    }
+    crate::metrics::metrics()
+        .dispatch_claim_passes
+        .get_or_create(&crate::metrics::ClaimPassLabels {
+            target: target.name.clone(),
+            wake,
+        })
+        .inc();
     let claimed = outbox::claim_push(
-        db,
+        store.connection(),
         &target.name,
         owner,
         limit as u64,
@@ -430,7 +421,8 @@ async fn claim(
         &live.max_running,
     )
     .await?;
-    messages(db, target, claimed, live, now).await
+    let built = messages(store.connection(), target, claimed, live, now).await?;
+    Ok(("dispatcher", built))
 }
 
 /// Builds the messages of claimed dispatches, each in the trace of its run (with tracing on,
@@ -469,45 +461,6 @@ async fn messages(
             Some((claimed, body, trace))
         })
         .collect())
-}
-
-/// Sends the backlog rows the SQLite intake writer claimed, read back first. A row that cannot
-/// be read now stays claimed until its claim lapses, then is claimed and sent again.
-async fn send_backlog(
-    sender: &Sender,
-    targets: &[PushTarget],
-    claims: Vec<preclaim::BacklogClaim>,
-    live: &Live,
-) {
-    let mut by_target: BTreeMap<String, HashMap<String, preclaim::Permits>> = BTreeMap::new();
-    for claim in claims {
-        by_target
-            .entry(claim.target)
-            .or_default()
-            .insert(claim.dispatch_id, claim.permits);
-    }
-    for (name, mut permits) in by_target {
-        let Some(target) = targets.iter().find(|t| t.name == name) else {
-            continue;
-        };
-        let ids: Vec<String> = permits.keys().cloned().collect();
-        let built = match outbox::claimed_rows(&sender.db, &ids, &sender.owner).await {
-            Ok(claimed) => messages(&sender.db, target, claimed, live, now_millis()).await,
-            Err(error) => Err(error.into()),
-        };
-        match built {
-            Ok(built) => {
-                for (claimed, message, trace) in built {
-                    if let Some(slots) = permits.remove(&claimed.dispatch.id) {
-                        sender.send(target, "intake_backlog", claimed, message, trace, slots);
-                    }
-                }
-            }
-            Err(error) => {
-                tracing::warn!(target = %name, %error, "cannot read back the dispatches the intake writer claimed; they are sent once their claims lapse");
-            }
-        }
-    }
 }
 
 /// One attempt, and what it means for the dispatch.
@@ -598,14 +551,13 @@ async fn deliver(
 }
 
 /// Records finished attempts in batches gathered for up to [`GATHER`]: deliveries and retries
-/// by the SQLite intake writer when it takes them in time ([`writer_records`]), the rest in a
-/// transaction of their own, retried while the store is down (a claim that lapses meanwhile is
-/// delivered again).
+/// in the intake writer's next transaction where the database has one writer that carries
+/// them (`Store::record_in_intake`), the rest in a transaction of their own, retried while the
+/// store is down (a claim that lapses meanwhile is delivered again).
 async fn record_all(
-    db: DatabaseConnection,
+    store: Store,
     mut queue: mpsc::Receiver<Recorded>,
     healths: Arc<TargetHealths>,
-    wake: Arc<Wake>,
 ) {
     let mut batch = Vec::with_capacity(CLAIM_BATCH);
     while queue.recv_many(&mut batch, CLAIM_BATCH).await > 0 {
@@ -614,9 +566,13 @@ async fn record_all(
         let (offered, mut others): (Vec<Recorded>, Vec<Recorded>) = batch
             .drain(..)
             .partition(|a| !matches!(a.verdict, Verdict::DeadLetter { .. }));
-        others.extend(offer_to_writer(&wake.records, offered).await);
+        if !offered.is_empty()
+            && let Err(back) = store.record_in_intake(offered).await
+        {
+            others.extend(back);
+        }
         if !others.is_empty() {
-            record_with_retries(&db, others).await;
+            record_with_retries(store.connection(), others).await;
         }
     }
 }
@@ -665,41 +621,6 @@ fn count(batch: &[Recorded], healths: &TargetHealths) {
     }
 }
 
-/// Offers attempts to the SQLite intake writer; returns what is left for the recorder to
-/// record itself (no writer takes offers, it did not take them in time, or it could not
-/// record them).
-async fn offer_to_writer(inbox: &writer_records::Inbox, attempts: Vec<Recorded>) -> Vec<Recorded> {
-    let mut offered = match inbox.offer(attempts) {
-        Ok(offered) => offered,
-        Err(back) => return back,
-    };
-    let answer = match tokio::time::timeout(writer_records::TAKE_WITHIN, &mut offered.answer).await
-    {
-        Ok(answer) => answer,
-        Err(_) => match inbox.withdraw(&offered) {
-            Some(back) => return back,
-            None => offered.answer.await,
-        },
-    };
-    match answer {
-        Ok(Ok(_)) => Vec::new(),
-        Ok(Err((why, back))) => {
-            tracing::debug!(
-                why,
-                size = back.len(),
-                "the intake writer did not record these attempts; recording them here"
-            );
-            back
-        }
-        Err(_) => {
-            tracing::warn!(
-                "the intake writer stopped holding attempts to record; their claims lapse and they are sent again"
-            );
-            Vec::new()
-        }
-    }
-}
-
 async fn record_with_retries(db: &DatabaseConnection, batch: Vec<Recorded>) {
     let mut tries = 0u32;
     loop {
@@ -735,8 +656,79 @@ mod tests {
     use switchyard_store::outbox::Verdict;
     use tokio::sync::mpsc;
 
-    use super::writer_records::tests::{attempt, ids};
+    use switchyard_store::entities::dispatch::{self, DispatchStatus};
+    use switchyard_store::entities::run::{self, RunStatus};
+    use switchyard_store::outbox::{ClaimedRun, Recorded};
+
     use super::{CLAIM_BATCH, gather};
+
+    /// A finished attempt of run `n` (dispatch id `dispatch-{n}`).
+    fn attempt(n: usize, verdict: Verdict) -> Recorded {
+        let run = run::Model {
+            id: format!("run-{n}"),
+            tenant_id: "acme".into(),
+            workflow_id: "triage".into(),
+            target_entity_id: format!("ticket-{n}"),
+            intake_id: format!("intake-{n}"),
+            status: RunStatus::Queued,
+            fencing_token: 1,
+            lock_ttl_ms: 60_000,
+            created_at: 0,
+            updated_at: 0,
+            finished_at: None,
+            traceparent: None,
+            tracestate: None,
+            config_revision: None,
+            principal_id: None,
+            deadline_at: None,
+            budgets: None,
+            run_usage: None,
+            end_reason: None,
+            worker_version: None,
+            subject_version: None,
+        };
+        let dispatch = dispatch::Model {
+            id: format!("dispatch-{n}"),
+            run_id: run.id.clone(),
+            tenant_id: "acme".into(),
+            workflow_id: "triage".into(),
+            target: "worker".into(),
+            status: DispatchStatus::Pending,
+            attempts: 1,
+            series: 1,
+            due_at: 0,
+            claimed_by: Some("replica".into()),
+            claim_token: None,
+            reason: None,
+            last_error: None,
+            created_at: 0,
+            updated_at: 0,
+            delivered_at: None,
+            wait_id: None,
+        };
+        Recorded {
+            claimed: ClaimedRun {
+                dispatch,
+                run,
+                lease_expires_at: 0,
+            },
+            owner: "replica".into(),
+            verdict,
+            result: "delivered".into(),
+            status_code: Some(204),
+            response: None,
+            error: None,
+            started_at: 0,
+            duration_ms: 1,
+        }
+    }
+
+    fn ids(attempts: &[Recorded]) -> Vec<&str> {
+        attempts
+            .iter()
+            .map(|a| a.claimed.dispatch.id.as_str())
+            .collect()
+    }
 
     #[tokio::test(flavor = "current_thread")]
     async fn attempts_finishing_while_it_gathers_join_the_batch() {

@@ -1,6 +1,6 @@
-//! Deciding a batch of deliveries from what the store holds for them: no I/O, shared by the
-//! writers of every backend. A writer looks up what [`Lookups::needed`] names, inside its
-//! transaction, then [`decide`]s and writes the returned [`Decided`] rows before committing.
+//! Deciding a batch of deliveries from what the store holds for them: no I/O. The store looks
+//! up what [`keys`] names inside the batch's transaction, then [`decide`] gives the answers and
+//! the rows it writes before committing (`switchyard_store::intake::order`).
 
 use std::collections::HashMap;
 
@@ -9,7 +9,8 @@ use switchyard_router::{Choice, Decision, LockBatch};
 use switchyard_store::Millis;
 use switchyard_store::entities::dispatch::{self, DispatchStatus};
 use switchyard_store::entities::run::RunStatus;
-use switchyard_store::entities::{entity_lock, run_history};
+use switchyard_store::entities::run_history;
+use switchyard_store::intake::{DeliveryKey, Found, Keys, StoredAnswer, Writes};
 use switchyard_store::leases::LockChanges;
 
 use super::flow::Admit;
@@ -21,69 +22,55 @@ use crate::store::entities::{intake, mailbox_cursor, raw_delivery};
 /// `(source, key)`: how claimed messages (and mailboxes) are identified.
 pub(super) type SourceKey = (String, String);
 
-/// `(source, scope, delivery_id)`: how deliveries are identified ([`Delivery::scope`]).
-pub(super) type DeliveryKey = (String, String, String);
-
-/// What a batch must look up before it can be decided.
-pub(super) struct Lookups<'a> {
-    /// `(source, scope, delivery_id)` of every delivery, for duplicates.
-    pub deliveries: Vec<(&'a str, &'a str, &'a str)>,
-    /// `(source, message_key)` of deliveries that name their message.
-    pub messages: Vec<(&'a str, &'a str)>,
-    /// `(tenant_id, target_entity_id)` of every event a live workflow triggers on.
-    pub leases: Vec<(String, String)>,
-    /// What flow control needs (ceilings, rates, coalescing windows); empty when none is
-    /// configured.
-    pub flow: super::flow::Needs,
-    /// Each delivery's choice (workflow, or why none), in batch order.
+/// Each delivery's routing choice (workflow, or why none), in batch order, made before the
+/// batch's lookups.
+pub(super) struct Choices {
     choices: Vec<Choice>,
     /// Deliveries (by batch index) whose chosen workflow's principal may not act: recorded
     /// `authority_unavailable`, no lease looked up. Empty (no allocation) while all are fine.
     refused: Vec<(usize, std::sync::Arc<str>, Refusal)>,
 }
 
-impl<'a> Lookups<'a> {
-    pub fn needed(deliveries: &[&'a Delivery], live: &Live) -> Self {
-        // Conditions are evaluated here, after the index lookup, on the normalised payload.
-        let mut choices: Vec<Choice> = deliveries
+/// What a batch must look up before it can be decided, and its deliveries' choices.
+pub(super) fn keys<'a>(deliveries: &[&'a Delivery], live: &Live) -> (Keys<'a>, Choices) {
+    // Conditions are evaluated here, after the index lookup, on the normalised payload.
+    let mut choices: Vec<Choice> = deliveries
+        .iter()
+        .map(|d| match &d.body {
+            DeliveryBody::Route(event) => live.index.choose_for(
+                &event.tenant_id,
+                event.channel,
+                &event.event_type,
+                &event.payload,
+            ),
+            _ => Choice::NoTrigger,
+        })
+        .collect();
+    let refused = refuse_unauthorised(&mut choices, live);
+    let leases = deliveries
+        .iter()
+        .zip(&choices)
+        .filter_map(|(d, choice)| match (&d.body, choice) {
+            (DeliveryBody::Route(event), Choice::Chosen(_)) => {
+                Some((event.tenant_id.clone(), event.target_entity_id.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    let flow = super::flow::needs(deliveries, &choices, &live.flow);
+    let keys = Keys {
+        flow,
+        deliveries: deliveries
             .iter()
-            .map(|d| match &d.body {
-                DeliveryBody::Route(event) => live.index.choose_for(
-                    &event.tenant_id,
-                    event.channel,
-                    &event.event_type,
-                    &event.payload,
-                ),
-                _ => Choice::NoTrigger,
-            })
-            .collect();
-        let refused = refuse_unauthorised(&mut choices, live);
-        let leases = deliveries
+            .map(|d| (d.source.as_str(), d.scope.as_str(), d.delivery_id.as_str()))
+            .collect(),
+        messages: deliveries
             .iter()
-            .zip(&choices)
-            .filter_map(|(d, choice)| match (&d.body, choice) {
-                (DeliveryBody::Route(event), Choice::Chosen(_)) => {
-                    Some((event.tenant_id.clone(), event.target_entity_id.clone()))
-                }
-                _ => None,
-            })
-            .collect();
-        let flow = super::flow::Needs::of(deliveries, &choices, &live.flow);
-        Self {
-            flow,
-            deliveries: deliveries
-                .iter()
-                .map(|d| (d.source.as_str(), d.scope.as_str(), d.delivery_id.as_str()))
-                .collect(),
-            messages: deliveries
-                .iter()
-                .filter_map(|d| Some((d.source.as_str(), d.message_key.as_deref()?)))
-                .collect(),
-            leases,
-            choices,
-            refused,
-        }
-    }
+            .filter_map(|d| Some((d.source.as_str(), d.message_key.as_deref()?)))
+            .collect(),
+        leases,
+    };
+    (keys, Choices { choices, refused })
 }
 
 /// Takes the choice away from every delivery whose winning workflow's principal may not act
@@ -107,70 +94,45 @@ fn refuse_unauthorised(
     refused
 }
 
-/// What the store held for a batch's [`Lookups`].
-pub(super) struct Found {
-    /// The answer of each `(source, scope, delivery_id)` already recorded ([`first_answer`]).
-    pub seen: HashMap<DeliveryKey, Answer>,
-    /// The answer of the routed delivery that claimed each `(source, message_key)`.
-    pub claimed: HashMap<SourceKey, Answer>,
-    /// The lease rows of the batch's entities (row-locked until the commit).
-    pub leases: Vec<entity_lock::Model>,
-    /// What flow control's [`Lookups::flow`] found (default when it needed nothing).
-    pub flow: super::flow::Found,
-}
-
-/// What a committed batch hands back: its answers, in batch order, and how many active runs
-/// it expired by taking over their leases (for the metrics).
-pub(super) struct Committed {
-    pub answers: Vec<Answer>,
-    pub expired_runs: usize,
-    /// Dispatches claimed in the batch for this daemon's dispatcher (SQLite only).
-    pub preclaimed: Vec<super::preclaim::Claimed>,
-}
-
-/// A decided batch: the answers, in batch order, and the rows that make them true.
-pub(super) struct Decided {
-    pub answers: Vec<Answer>,
-    pub ledger: Vec<intake::Model>,
-    pub raw: Vec<raw_delivery::Model>,
-    /// At most one per `(source, mailbox)`: the furthest position of the batch.
-    pub cursors: Vec<mailbox_cursor::Model>,
-    pub locks: LockChanges,
-    /// The outbox: one pending dispatch per new run, due now, written with the run.
-    pub dispatches: Vec<dispatch::Model>,
-    /// `lease_expired` for each run taken over (a new run's `routed` is its own row).
-    pub history: Vec<run_history::Model>,
-    /// Flow control's rows: rate times, coalesced members, pushed-out windows, replaced
-    /// `rate_limited` rows.
-    pub flow: super::flow::Writes,
-}
-
 /// Decides every delivery in arrival order: duplicates (stored or earlier in the batch) point at
 /// their first copy; the others route, lock or record why not.
 pub(super) fn decide(
     deliveries: &[&Delivery],
-    lookups: Lookups<'_>,
+    choices: Choices,
     found: Found,
     live: &Live,
     now: Millis,
-) -> Decided {
+) -> (Vec<Answer>, Writes) {
     super::failpoint::check(deliveries);
     let Found {
-        mut seen,
-        mut claimed,
+        seen,
+        claimed,
         leases,
         flow,
     } = found;
+    let mut seen: HashMap<DeliveryKey, Answer> = seen
+        .into_iter()
+        .map(|(key, stored)| (key, stored_answer(stored)))
+        .collect();
+    let mut claimed: HashMap<SourceKey, Answer> = claimed
+        .into_iter()
+        .map(|(key, stored)| (key, stored_answer(stored)))
+        .collect();
+    let lease_keys: Vec<(String, String)> = leases
+        .iter()
+        .map(|l| (l.tenant_id.clone(), l.target_entity_id.clone()))
+        .collect();
     let mut gate = super::flow::Gate::new(&live.flow, flow, now);
     // Mailboxes with a `rate_limited` message in this batch: their cursor stays before it.
     let mut stalled: Vec<SourceKey> = Vec::new();
-    let mut locks = LockBatch::from_rows(lookups.leases, leases, now);
+    // Keys the store found no row for were never locked: `route` takes them as such.
+    let mut locks = LockBatch::from_rows(lease_keys, leases, now);
     let mut answers = Vec::with_capacity(deliveries.len());
     let mut ledger = Vec::with_capacity(deliveries.len());
     let mut raw = Vec::new();
     let mut cursors: HashMap<SourceKey, mailbox_cursor::Model> = HashMap::new();
-    let mut refused = lookups.refused.iter().peekable();
-    for (i, (delivery, choice)) in deliveries.iter().zip(&lookups.choices).enumerate() {
+    let mut refused = choices.refused.iter().peekable();
+    for (i, (delivery, choice)) in deliveries.iter().zip(&choices.choices).enumerate() {
         let mut advance = |limited: bool| {
             let Some(cursor) = &delivery.cursor else {
                 return;
@@ -346,16 +308,16 @@ pub(super) fn decide(
             }
         }
     }
-    Decided {
+    let writes = Writes {
         flow: gate.into_writes(),
-        answers,
         ledger,
         raw,
         cursors: cursors.into_values().collect(),
         locks,
         dispatches,
         history,
-    }
+    };
+    (answers, writes)
 }
 
 /// Each new run carries the trace context of the delivery that caused it.
@@ -526,6 +488,18 @@ pub(super) fn first_answer(row: &intake::Model) -> Answer {
         row.run_id.clone(),
         row.workflow_id.clone(),
         row.held_by_run_id.clone(),
+    )
+}
+
+/// The answer a stored row gave, as the store read it for a batch.
+fn stored_answer(stored: StoredAnswer) -> Answer {
+    recorded_answer(
+        stored.intake_id,
+        &stored.outcome,
+        stored.detail,
+        stored.run_id,
+        stored.workflow_id,
+        stored.held_by_run_id,
     )
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Invariants:
 //! - Every check counts rows the writer read inside the batch's transaction after locking the
-//!   ceiling's `flow_gates` row ([`Needs::gates`], sorted, so replicas take turns per key and
+//!   ceiling's `flow_gates` row (`Needs::gates`, sorted, so replicas take turns per key and
 //!   never deadlock on them); no count lives in memory between batches, so none can leak.
 //! - A rate's row holds its GCRA time ([`switchyard_core::Rate`]); only admitted deliveries
 //!   move it. A refused delivery is recorded `rate_limited` with the ceiling and the instant a
@@ -115,130 +115,47 @@ fn queue_key(workflow: &str) -> String {
     format!("queue:{workflow}")
 }
 
+/// What a batch must look up, what it found, and what it writes, for flow control: the
+/// store's vocabulary.
+pub use switchyard_store::intake::flow::{
+    CountUpTo, Counts, FlowFound as Found, FlowKeys as Needs, FlowWrites as Writes, Member, Window,
+};
+
 /// What a batch must look up for flow control (empty when none is configured).
-#[derive(Debug, Default)]
-pub struct Needs {
-    /// `flow_gates` keys to lock (insert if missing), sorted.
-    pub gates: Vec<String>,
-    /// Workflows whose queued and running runs to count, sorted.
-    pub workflows: Vec<CountUpTo>,
-    /// Whether the holders' dispatches must be looked up (a chosen trigger coalesces).
-    pub windows: bool,
-}
-
-impl Needs {
-    pub fn of(deliveries: &[&Delivery], choices: &[Choice], flow: &FlowConfig) -> Self {
-        if flow.is_empty() {
-            return Needs::default();
+pub fn needs(deliveries: &[&Delivery], choices: &[Choice], flow: &FlowConfig) -> Needs {
+    if flow.is_empty() {
+        return Needs::default();
+    }
+    let mut gates = BTreeSet::new();
+    let mut workflows: BTreeSet<CountUpTo> = BTreeSet::new();
+    let mut windows = false;
+    for (delivery, choice) in deliveries.iter().zip(choices) {
+        let super::DeliveryBody::Route(event) = &delivery.body else {
+            continue;
+        };
+        if flow.source_rates.contains_key(&delivery.source) {
+            gates.insert(source_key(&delivery.source));
         }
-        let mut gates = BTreeSet::new();
-        let mut workflows: BTreeSet<CountUpTo> = BTreeSet::new();
-        let mut windows = false;
-        for (delivery, choice) in deliveries.iter().zip(choices) {
-            let super::DeliveryBody::Route(event) = &delivery.body else {
-                continue;
-            };
-            if flow.source_rates.contains_key(&delivery.source) {
-                gates.insert(source_key(&delivery.source));
-            }
-            if flow.tenant_rates.contains_key(&event.tenant_id) {
-                gates.insert(tenant_key(&event.tenant_id));
-            }
-            if let Some(candidate) = choice.candidate() {
-                if let Some(ceiling) = flow.ceilings.get(&*candidate.workflow_id) {
-                    gates.insert(queue_key(&candidate.workflow_id));
-                    let running = ceiling.max_running.map_or(0, i64::from);
-                    workflows.insert(CountUpTo {
-                        workflow: candidate.workflow_id.to_string(),
-                        queued: ceiling.max_queued.map_or(0, i64::from).max(running),
-                        running,
-                    });
-                }
-                windows |= flow.window(&candidate.workflow_id, event).is_some();
-            }
+        if flow.tenant_rates.contains_key(&event.tenant_id) {
+            gates.insert(tenant_key(&event.tenant_id));
         }
-        Needs {
-            gates: gates.into_iter().collect(),
-            workflows: workflows.into_iter().collect(),
-            windows,
+        if let Some(candidate) = choice.candidate() {
+            if let Some(ceiling) = flow.ceilings.get(&*candidate.workflow_id) {
+                gates.insert(queue_key(&candidate.workflow_id));
+                let running = ceiling.max_running.map_or(0, i64::from);
+                workflows.insert(CountUpTo {
+                    workflow: candidate.workflow_id.to_string(),
+                    queued: ceiling.max_queued.map_or(0, i64::from).max(running),
+                    running,
+                });
+            }
+            windows |= flow.window(&candidate.workflow_id, event).is_some();
         }
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.gates.is_empty() && self.workflows.is_empty() && !self.windows
-    }
-}
-
-/// A workflow whose runs a batch counts, and how far: a ceiling only needs to know whether
-/// it is reached, so no count reads more index entries than the ceiling (the cost stays
-/// bounded however long the queue grows).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct CountUpTo {
-    pub workflow: String,
-    /// Queued runs to count at most.
-    pub queued: i64,
-    /// Running runs to count at most (0: not needed).
-    pub running: i64,
-}
-
-/// A workflow's runs as the batch found them (each at most its [`CountUpTo`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Counts {
-    /// Created, not yet dispatched.
-    pub queued: i64,
-    /// Dispatched, not finished.
-    pub running: i64,
-}
-
-/// A run's pending dispatch, as a coalescing window.
-#[derive(Debug, Clone)]
-pub struct Window {
-    pub dispatch_id: String,
-    pub workflow_id: String,
-    /// When the run was created: its first member's arrival.
-    pub first_at: Millis,
-    /// Pending and not claimed: the run has not been handed to anyone yet.
-    pub open: bool,
-}
-
-/// What the store held for a batch's [`Needs`].
-#[derive(Debug, Default)]
-pub struct Found {
-    /// Each gate's stored GCRA time (0 for a row just created).
-    pub tats: HashMap<String, i64>,
-    pub counts: HashMap<String, Counts>,
-    /// By run id: the windows of the runs holding the batch's entities.
-    pub windows: HashMap<String, Window>,
-}
-
-/// A delivery that joined a pending run.
-#[derive(Debug, Clone)]
-pub struct Member {
-    pub run_id: String,
-    pub intake_id: String,
-    pub version: Option<String>,
-    pub joined_at: Millis,
-}
-
-/// What flow control adds to a batch's writes.
-#[derive(Debug, Default)]
-pub struct Writes {
-    /// `(gate key, new GCRA time)` of the rates that admitted deliveries.
-    pub tats: Vec<(String, i64)>,
-    /// Ledger rows (and their raw bytes) of earlier `rate_limited` copies that a retry of the
-    /// same delivery replaces.
-    pub replaced: Vec<String>,
-    pub members: Vec<Member>,
-    /// `(dispatch id, due_at)` of stored windows that members pushed out.
-    pub due: Vec<(String, Millis)>,
-}
-
-impl Writes {
-    pub fn is_empty(&self) -> bool {
-        self.tats.is_empty()
-            && self.replaced.is_empty()
-            && self.members.is_empty()
-            && self.due.is_empty()
+    Needs {
+        gates: gates.into_iter().collect(),
+        workflows: workflows.into_iter().collect(),
+        windows,
     }
 }
 
@@ -546,6 +463,6 @@ mod tests {
     fn nothing_configured_needs_nothing() {
         let flow = FlowConfig::default();
         assert!(flow.is_empty());
-        assert!(Needs::of(&[], &[], &flow).is_empty());
+        assert!(needs(&[], &[], &flow).is_empty());
     }
 }

@@ -1,33 +1,23 @@
 //! The intake pipeline: every authenticated delivery becomes one ledger row and one answer.
 //!
-//! Handlers (and the mailbox poller) build a [`Delivery`] and [`Intake::submit`] it. Writers
-//! take whatever deliveries are waiting, decide them all in one transaction (dedup, route, lock,
-//! ledger, raw bytes, mailbox cursor; [`decide`]) and commit once: group commit. Each sender is
-//! answered only after that commit. On SQLite one thread with its own connection writes
-//! ([`sqlite_writer`]); on PostgreSQL/MySQL writer tasks take connections from the pool, sharded
-//! by entity ([`writer`]; one on PostgreSQL unless configured).
+//! Handlers (and the mailbox poller) build a [`Delivery`] and [`Intake::submit`] it. The store's
+//! intake writers take whatever deliveries are waiting in their queue ([`batch::Queue`]) and
+//! decide them all in one transaction (dedup, route, lock, ledger, raw bytes, mailbox cursor;
+//! [`decide`], in the order `switchyard_store::intake::order` gives) and commit once: group
+//! commit. Each sender is answered only after that commit. Queues are sharded by entity, one
+//! per writer.
 
-mod annotate;
+mod batch;
 mod decide;
 mod failpoint;
 mod flow;
-mod flow_store;
 mod health;
-mod postgres_batch;
 mod preclaim;
-mod sqlite_backlog;
-mod sqlite_checkpoint;
-mod sqlite_records;
-mod sqlite_writer;
-mod writer;
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use anyhow::Context;
 use bytes::Bytes;
-use sea_orm::sqlx::sqlite::SqliteConnectOptions;
-use sea_orm::{DatabaseConnection, DbBackend};
 use serde::Serialize;
 use switchyard_core::{Event, Outcome};
 use tokio::sync::{mpsc, oneshot};
@@ -295,64 +285,6 @@ struct Pending {
     reply: Reply,
 }
 
-/// Sends each sender of a committed batch its answer, in batch order, and wakes the
-/// dispatcher when the batch created runs (their dispatches are in the outbox now).
-fn answer_all(mut batch: Vec<Pending>, committed: decide::Committed, signals: &Signals) {
-    signals.health.committed();
-    let metrics = crate::metrics::metrics();
-    let decide::Committed {
-        answers,
-        expired_runs,
-        preclaimed,
-    } = committed;
-    for _ in 0..expired_runs {
-        metrics.run_finished("expired");
-    }
-    let routed = answers
-        .iter()
-        .filter(|a| a.outcome == Outcome::Routed)
-        .count();
-    let handed_over = preclaim::hand_over(preclaimed, &mut batch, &signals.wake.preclaims);
-    if routed > 0 {
-        metrics.runs_created.inc_by(routed as u64);
-        // Runs the writer claimed for this daemon's dispatcher need no claim pass.
-        if routed > handed_over {
-            signals.wake.runs_created_in(
-                answers
-                    .iter()
-                    .filter(|a| a.outcome == Outcome::Routed)
-                    .filter_map(|a| a.workflow_id.as_deref()),
-            );
-        }
-    }
-    for (pending, answer) in batch.into_iter().zip(answers) {
-        let _ = pending.reply.send(Ok(answer));
-    }
-}
-
-/// Answers a delivery the store refused for what it holds, not for being down (a value no
-/// column can take): `invalid_event`, never a 503 that the sender would retry forever. Nothing
-/// was recorded.
-fn refuse_unstorable(batch: Vec<Pending>, error: &dyn std::fmt::Display) {
-    tracing::warn!(%error, size = batch.len(), "the store cannot hold a delivery; answering invalid_event");
-    for pending in batch {
-        let _ = pending.reply.send(Ok(Answer::refused(
-            Outcome::InvalidEvent,
-            format!("the store cannot hold this delivery: {error}"),
-        )));
-    }
-}
-
-/// Tells every sender of `batch` that the store refused it (they answer 503 + Retry-After).
-fn refuse_all(batch: Vec<Pending>, error: &dyn std::fmt::Display, signals: &Signals) {
-    signals.health.failed();
-    tracing::error!(%error, size = batch.len(), "the store refused deliveries; senders are told to retry");
-    let refusal = StoreUnavailable(error.to_string());
-    for pending in batch {
-        let _ = pending.reply.send(Err(refusal.clone()));
-    }
-}
-
 /// The handle handlers submit deliveries through.
 #[derive(Debug, Clone)]
 pub struct Intake {
@@ -365,53 +297,37 @@ pub struct Intake {
 const QUEUE_DEPTH: usize = 4096;
 /// Most deliveries decided in one transaction; bounds statement size on every backend.
 const MAX_BATCH: usize = 256;
-/// Pool writers committing in parallel unless `database.writers` says. One on PostgreSQL: a
-/// batch there is a few prepared statements on a connection the writer keeps, and on two cores
-/// one writer answered more than two or four (BENCHMARKS.md). MySQL keeps four.
-fn default_pool_writers(backend: DbBackend) -> usize {
-    match backend {
-        DbBackend::Postgres => 1,
-        _ => 4,
-    }
-}
-
 impl Intake {
-    /// Starts the writers of the migrated database `db` (opened from `url`): on SQLite one
-    /// thread with a connection of its own, otherwise `database.writers` tasks on the pool.
+    /// Starts the store's intake writers (as many as the database takes: `database.writers`),
+    /// each with a queue of its own.
     pub fn start(
-        db: DatabaseConnection,
-        url: &str,
+        store: &switchyard_store::Store,
         config: &DatabaseConfig,
         live: LiveConfig,
         wake: Arc<Wake>,
     ) -> anyhow::Result<Self> {
-        let signals = || Signals {
-            wake: wake.clone(),
-            health: Arc::new(WriterHealth::default()),
-        };
-        let (shards, health): (Vec<_>, Vec<_>) = if db.get_database_backend() == DbBackend::Sqlite {
-            let options: SqliteConnectOptions = url.parse().context("invalid SQLite URL")?;
-            let path = options.get_filename();
+        let writers = store.intake_writers(config.writers);
+        let mut shards = Vec::with_capacity(writers);
+        let mut health = Vec::with_capacity(writers);
+        let mut queues: Vec<Box<dyn switchyard_store::intake::Batches>> =
+            Vec::with_capacity(writers);
+        for _ in 0..writers {
             let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-            let signals = signals();
-            let health = signals.health.clone();
-            sqlite_writer::start(path, config.durability, live, rx, signals)
-                .with_context(|| format!("cannot open {} for the intake writer", path.display()))?;
-            (vec![tx], vec![health])
-        } else {
-            let writers = config
-                .writers
-                .unwrap_or_else(|| default_pool_writers(db.get_database_backend()));
-            (0..writers.max(1))
-                .map(|_| {
-                    let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-                    let signals = signals();
-                    let health = signals.health.clone();
-                    tokio::spawn(writer::run(db.clone(), live.clone(), rx, signals));
-                    (tx, health)
-                })
-                .unzip()
-        };
+            let signals = Signals {
+                wake: wake.clone(),
+                health: Arc::new(WriterHealth::default()),
+            };
+            health.push(signals.health.clone());
+            shards.push(tx);
+            queues.push(Box::new(batch::Queue {
+                queue: rx,
+                live: live.clone(),
+                signals,
+            }));
+        }
+        store
+            .start_intake(queues)
+            .map_err(|error| anyhow::anyhow!("cannot start the intake writers: {error}"))?;
         Ok(Self {
             shards: shards.into(),
             health: health.into(),

@@ -1,4 +1,4 @@
-//! The SQLite writer's pre-claims (see `dispatcher::preclaim`): a batch's new push dispatches
+//! Pre-claims (see `dispatcher::preclaim`), on every database: a batch's new push dispatches
 //! that are due now are written claimed by this daemon's dispatcher, and handed to it after
 //! the commit with their delivery's event, moved out of the batch (no copy, no parse).
 
@@ -9,10 +9,10 @@ use switchyard_store::entities::dispatch::DispatchStatus;
 use switchyard_store::outbox::ClaimedRun;
 use uuid::Uuid;
 
-use super::decide::Decided;
 use super::{Delivery, DeliveryBody, Pending};
 use crate::dispatcher::message::Routed;
 use crate::dispatcher::preclaim::{Permits, PreClaimed, PreClaims};
+use switchyard_store::intake::Writes;
 
 /// A dispatch claimed in a batch, waiting for the commit.
 pub(super) struct Claimed {
@@ -25,12 +25,12 @@ pub(super) struct Claimed {
 /// Claims what may be claimed now, in `decided`'s dispatch rows (nothing, and no allocation,
 /// while the dispatcher has no push target).
 pub(super) fn claim(
-    decided: &mut Decided,
+    decided: &mut Writes,
     deliveries: &[&Delivery],
     claims: &PreClaims,
     now: Millis,
 ) -> Vec<Claimed> {
-    let Decided {
+    let Writes {
         dispatches, locks, ..
     } = decided;
     let mut claimed = Vec::new();

@@ -6,6 +6,7 @@
 //! - [`entities`]: the row types of every table.
 //! - [`connect`]: opening the pool (SQLite's durability pragmas, the servers' timeouts) and
 //!   migrating.
+//! - [`intake`]: the intake batch's keys, rows and the order of its transaction; the writers.
 //! - by table: [`ledger`] (intake rows, raw bytes), [`leases`] (entity leases), [`runs`] and
 //!   [`bounded`] (the run lifecycle after routing), [`outbox`], [`ceilings`] and [`by_key`]
 //!   (dispatches, attempts, history), [`mailbox`] (cursors, poller leases), [`revisions`],
@@ -19,6 +20,7 @@ pub mod connect;
 pub mod driver;
 pub mod entities;
 mod handle;
+pub mod intake;
 pub mod leases;
 pub mod ledger;
 pub mod mailbox;

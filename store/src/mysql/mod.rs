@@ -1,5 +1,6 @@
-//! The MySQL and MariaDB driver: every statement that is MySQL and MariaDB's own, grouped by area and table.
+//! The MySQL and MariaDB driver: every statement that is MySQL's own, grouped by area and table.
 
+mod flow;
 mod intake;
 mod ledger;
 mod outbox;

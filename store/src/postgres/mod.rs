@@ -1,5 +1,9 @@
 //! The PostgreSQL driver: every statement that is PostgreSQL's own, grouped by area and table.
+//! Intake writers keep a connection of their own and run each batch as fixed statements over
+//! arrays ([`batch`]).
 
+mod batch;
+mod flow;
 mod intake;
 mod ledger;
 mod outbox;

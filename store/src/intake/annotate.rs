@@ -5,11 +5,11 @@
 //! a batch without any costs nothing more; the MySQL writer inserts whole models, these
 //! columns included.
 
-use crate::store::entities::intake;
+use crate::entities::intake;
 
 /// One ledger row's annotations.
 #[derive(Debug)]
-pub(super) struct Annotation {
+pub(crate) struct Annotation {
     pub id: String,
     pub shadow: Option<String>,
     pub replay_id: Option<String>,
@@ -17,13 +17,13 @@ pub(super) struct Annotation {
 }
 
 /// `(shadow, replay_id, replay_of, id)`.
-pub(super) const SQLITE: &str =
+pub(crate) const SQLITE: &str =
     "UPDATE intake SET shadow = ?1, replay_id = ?2, replay_of = ?3 WHERE id = ?4";
-pub(super) const POSTGRES: &str =
+pub(crate) const POSTGRES: &str =
     "UPDATE intake SET shadow = $1, replay_id = $2, replay_of = $3 WHERE id = $4";
 
 /// The annotated rows of a batch's ledger (no allocation when there is none).
-pub(super) fn of(ledger: &[intake::Model]) -> Vec<Annotation> {
+pub(crate) fn of(ledger: &[intake::Model]) -> Vec<Annotation> {
     ledger
         .iter()
         .filter(|row| row.shadow.is_some() || row.replay_id.is_some())

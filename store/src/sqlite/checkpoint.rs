@@ -27,7 +27,7 @@ const PAUSE: Duration = Duration::from_millis(100);
 
 /// The writer's side: tells the checkpointer that commits happened, and finishes its passes.
 #[derive(Debug, Clone)]
-pub(super) struct Nudge {
+pub(crate) struct Nudge {
     commits: SyncSender<()>,
     /// Set when a pass ended; the writer copies what was written since.
     passed: Arc<AtomicBool>,
@@ -53,9 +53,10 @@ impl Nudge {
 
 /// Opens the checkpointer's connection and starts its thread; it ends when every [`Nudge`] is
 /// dropped.
-pub(super) fn start(path: &Path) -> anyhow::Result<Nudge> {
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+pub(crate) fn start(path: &Path) -> std::io::Result<Nudge> {
+    let conn = Connection::open(path).map_err(std::io::Error::other)?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(std::io::Error::other)?;
     let (commits, nudged) = sync_channel(1);
     let passed = Arc::new(AtomicBool::new(false));
     let checkpointer_passed = passed.clone();

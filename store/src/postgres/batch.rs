@@ -20,22 +20,20 @@
 //! whose lease was taken over is its own statement, planned with its values.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 
+use sea_orm::DbErr;
 use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::postgres::PgRow;
 use sea_orm::sqlx::{self, PgConnection, PgPool, Postgres, Row};
-use sea_orm::{DbErr, RuntimeErr};
-use switchyard_store::entities::entity_lock;
-use switchyard_store::entities::run::RunStatus;
-use switchyard_store::{ACTIVE, Millis, now_millis};
 
-use super::decide::{self, Committed, Decided, Found, Lookups, SourceKey};
-use super::flow::Writes;
-use super::flow_store::postgres as flow_store;
-use super::{Answer, Delivery};
-use crate::dispatcher::preclaim::PreClaims;
-use crate::live::Live;
+use super::flow as flow_store;
+use crate::entities::entity_lock;
+use crate::entities::run::RunStatus;
+use crate::intake::flow::{FlowFound, FlowKeys, FlowWrites};
+use crate::intake::order::{self, Steps};
+use crate::intake::pool::{db_err, failure, is_lost_race};
+use crate::intake::{Batch, Committed, Failure, Found, Keys, MessageKey, StoredAnswer, Writes};
+use crate::{ACTIVE, Millis, now_millis};
 
 /// Row-locking reads see the latest committed lease.
 const BEGIN: &str =
@@ -65,7 +63,7 @@ enum Txn {
 
 /// A pool writer's connection, kept from batch to batch: taking one from the pool for each
 /// batch cost a round trip of its own (the pool pings a connection before handing it out).
-pub(super) struct Writer {
+pub(crate) struct Writer {
     pool: PgPool,
     held: Option<PoolConnection<Postgres>>,
     txn: Txn,
@@ -84,15 +82,13 @@ impl Writer {
         }
     }
 
-    /// One transaction: look up, decide, write, commit. `more_queued` tells, at the commit,
-    /// whether another batch waits for this writer (then its transaction is begun with the
-    /// commit). After a connection error the next batch takes a fresh connection from the pool.
-    pub async fn commit_batch(
+    /// One transaction: the batch's steps ([`order::decide_batch`]), then the commit, which
+    /// also begins the next batch's transaction when `more_waiting`. After a connection error
+    /// the next batch takes a fresh connection from the pool.
+    async fn commit_once(
         &mut self,
-        live: &Live,
-        deliveries: &[&Delivery],
-        claims: &PreClaims,
-        more_queued: &(dyn Fn() -> bool + Sync),
+        batch: &mut dyn Batch,
+        more_waiting: bool,
     ) -> Result<Committed, DbErr> {
         // Left by a batch that panicked (a failed one rolled back below).
         if self.txn == Txn::Unfinished {
@@ -106,10 +102,8 @@ impl Writer {
             conn,
             &mut self.txn,
             &mut self.known_gates,
-            live,
-            deliveries,
-            claims,
-            more_queued,
+            batch,
+            more_waiting,
         )
         .await;
         if matches!(result, Err(DbErr::Conn(_))) {
@@ -150,62 +144,119 @@ impl Drop for Writer {
     }
 }
 
+impl order::Writer for Writer {
+    async fn commit(
+        &mut self,
+        batch: &mut dyn Batch,
+        more_waiting: bool,
+    ) -> Result<Committed, Failure> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.commit_once(batch, more_waiting).await {
+                Err(error) if attempt < order::ATTEMPTS && is_lost_race(&error) => {
+                    tracing::debug!(%error, attempt, "batch lost a race with another writer; retrying");
+                    tokio::time::sleep(order::backoff(attempt)).await;
+                }
+                result => return result.map_err(failure),
+            }
+        }
+    }
+}
+
 async fn commit_batch(
     conn: &mut PgConnection,
     txn: &mut Txn,
     known_gates: &mut HashSet<String>,
-    live: &Live,
-    deliveries: &[&Delivery],
-    claims: &PreClaims,
-    more_queued: &(dyn Fn() -> bool + Sync),
+    batch: &mut dyn Batch,
+    more_waiting: bool,
 ) -> Result<Committed, DbErr> {
     let now = now_millis();
-    let lookups = Lookups::needed(deliveries, live);
-    if lookups.flow.gates.iter().any(|g| !known_gates.contains(g)) {
-        if *txn == Txn::Begun {
-            *txn = Txn::Unfinished;
-            simple(conn, "COMMIT").await?;
-            *txn = Txn::None;
-        }
-        flow_store::create_gates(&mut *conn, &lookups.flow.gates, now)
-            .await
-            .map_err(db_err)?;
-        known_gates.extend(lookups.flow.gates.iter().cloned());
-    }
-    let begun = *txn == Txn::Begun;
-    *txn = Txn::Unfinished;
-    if !begun {
-        simple(conn, BEGIN).await?;
-    }
-    let mut found = look_up(conn, &lookups).await?;
-    if found.flow.tats.len() < lookups.flow.gates.len() {
-        known_gates.clear();
-        return Err(DbErr::Custom(
-            "a flow_gates row vanished while intake used it; the senders are told to retry".into(),
-        ));
-    }
-    flow_store::counts_and_windows(conn, &lookups.flow, &found.leases, now, &mut found.flow)
-        .await
-        .map_err(db_err)?;
-    let mut decided = decide::decide(deliveries, lookups, found, live, now);
-    let preclaimed = super::preclaim::claim(&mut decided, deliveries, claims, now);
-    let expired_runs = decided.locks.expired_runs.len();
-    let flow = std::mem::take(&mut decided.flow);
-    flow_store::replace(conn, &flow).await.map_err(db_err)?;
-    let answers = write(conn, decided, flow, now).await?;
-    super::failpoint::error_after_write(deliveries).map_err(DbErr::Custom)?;
-    if more_queued() {
+    let mut steps = PgSteps {
+        conn: &mut *conn,
+        txn: &mut *txn,
+        known_gates,
+    };
+    let committed = order::decide_batch(&mut steps, batch, now).await?;
+    if more_waiting {
         simple(conn, COMMIT_AND_BEGIN).await?;
         *txn = Txn::Begun;
     } else {
         simple(conn, "COMMIT").await?;
         *txn = Txn::None;
     }
-    Ok(Committed {
-        answers,
-        expired_runs,
-        preclaimed,
-    })
+    Ok(committed)
+}
+
+/// A batch's steps on the writer's connection.
+struct PgSteps<'c> {
+    conn: &'c mut PgConnection,
+    txn: &'c mut Txn,
+    known_gates: &'c mut HashSet<String>,
+}
+
+impl Steps for PgSteps<'_> {
+    type Error = DbErr;
+
+    /// A gate never used before is created before the transaction begins, so the batch only
+    /// ever locks rows that exist; then the transaction begins (unless the last batch's
+    /// commit already began it).
+    async fn begin(&mut self, keys: &Keys<'_>, now: Millis) -> Result<(), DbErr> {
+        let gates = &keys.flow.gates;
+        if gates.iter().any(|g| !self.known_gates.contains(g)) {
+            if *self.txn == Txn::Begun {
+                *self.txn = Txn::Unfinished;
+                simple(self.conn, "COMMIT").await?;
+                *self.txn = Txn::None;
+            }
+            flow_store::create_gates(&mut *self.conn, gates, now)
+                .await
+                .map_err(db_err)?;
+            self.known_gates.extend(gates.iter().cloned());
+        }
+        let begun = *self.txn == Txn::Begun;
+        *self.txn = Txn::Unfinished;
+        if !begun {
+            simple(self.conn, BEGIN).await?;
+        }
+        Ok(())
+    }
+
+    async fn look_up(&mut self, keys: &Keys<'_>, _now: Millis) -> Result<Found, DbErr> {
+        let found = look_up(self.conn, keys).await?;
+        if found.flow.tats.len() < keys.flow.gates.len() {
+            self.known_gates.clear();
+            return Err(DbErr::Custom(
+                "a flow_gates row vanished while intake used it; the senders are told to retry"
+                    .into(),
+            ));
+        }
+        Ok(found)
+    }
+
+    async fn counts_and_windows(
+        &mut self,
+        flow: &FlowKeys,
+        leases: &[entity_lock::Model],
+        now: Millis,
+        found: &mut FlowFound,
+    ) -> Result<(), DbErr> {
+        flow_store::counts_and_windows(self.conn, flow, leases, now, found)
+            .await
+            .map_err(db_err)
+    }
+
+    async fn write(&mut self, mut writes: Writes, now: Millis) -> Result<(), DbErr> {
+        let flow = std::mem::take(&mut writes.flow);
+        flow_store::replace(self.conn, &flow)
+            .await
+            .map_err(db_err)?;
+        write(self.conn, writes, flow, now).await
+    }
+
+    fn refused(detail: String) -> DbErr {
+        DbErr::Custom(detail)
+    }
 }
 
 /// Sends `sql` (one or more statements without parameters) in one simple-query message.
@@ -259,9 +310,9 @@ SELECT 'lease', tenant_id, target_entity_id, NULL, NULL, NULL, run_id, NULL, NUL
        fencing_token, expires_at, updated_at, NULL \
 FROM leases";
 
-/// Runs [`LOOK_UP`] for a batch's [`Lookups`]. Lease keys go in sorted, so two replicas lock
+/// Runs [`LOOK_UP`] for a batch's [`Keys`]. Lease keys go in sorted, so two replicas lock
 /// shared rows in the same order.
-async fn look_up(conn: &mut PgConnection, lookups: &Lookups<'_>) -> Result<Found, DbErr> {
+async fn look_up(conn: &mut PgConnection, lookups: &Keys<'_>) -> Result<Found, DbErr> {
     let mut delivery_sources = Vec::with_capacity(lookups.deliveries.len());
     let mut delivery_scopes = Vec::with_capacity(lookups.deliveries.len());
     let mut delivery_ids = Vec::with_capacity(lookups.deliveries.len());
@@ -310,7 +361,7 @@ fn found_row(found: &mut Found, row: &PgRow) -> Result<(), sqlx::Error> {
         found.flow.tats.insert(row.try_get(1)?, row.try_get(9)?);
         return Ok(());
     }
-    let key: SourceKey = (row.try_get(1)?, row.try_get(2)?);
+    let key: MessageKey = (row.try_get(1)?, row.try_get(2)?);
     if kind == "lease" {
         let (tenant_id, target_entity_id) = key;
         found.leases.push(entity_lock::Model {
@@ -323,15 +374,14 @@ fn found_row(found: &mut Found, row: &PgRow) -> Result<(), sqlx::Error> {
         });
         return Ok(());
     }
-    let outcome: &str = row.try_get(4)?;
-    let answer = decide::recorded_answer(
-        row.try_get(3)?,
-        outcome,
-        row.try_get(5)?,
-        row.try_get(6)?,
-        row.try_get(7)?,
-        row.try_get(8)?,
-    );
+    let answer = StoredAnswer {
+        intake_id: row.try_get(3)?,
+        outcome: row.try_get(4)?,
+        detail: row.try_get(5)?,
+        run_id: row.try_get(6)?,
+        workflow_id: row.try_get(7)?,
+        held_by_run_id: row.try_get(8)?,
+    };
     if kind == "message" {
         found.claimed.insert(key, answer);
     } else {
@@ -435,16 +485,15 @@ const EXPIRE_RUNS: &str = "\
         finished_at = CASE WHEN status = ANY($4::text[]) THEN $2 ELSE finished_at END \
     WHERE id = ANY($3::text[])";
 
-/// Writes everything the batch decided (leases, runs, raw bytes, cursors, ledger rows) and
-/// returns its answers.
+/// Writes everything the batch decided (leases, runs, raw bytes, cursors, ledger rows, flow
+/// control's rows).
 async fn write(
     conn: &mut PgConnection,
-    decided: Decided,
-    flow: Writes,
+    decided: Writes,
+    flow: FlowWrites,
     now: Millis,
-) -> Result<Vec<Answer>, DbErr> {
-    let Decided {
-        answers,
+) -> Result<(), DbErr> {
+    let Writes {
         mut ledger,
         mut raw,
         mut cursors,
@@ -453,13 +502,13 @@ async fn write(
         mut history,
         flow: _,
     } = decided;
-    let Writes {
+    let FlowWrites {
         mut tats,
         mut members,
         mut due,
         ..
     } = flow;
-    let annotations = super::annotate::of(&ledger);
+    let annotations = crate::intake::annotate::of(&ledger);
     let (mut created, mut changed, mut runs) = (locks.created, locks.changed, locks.new_runs);
     let query = sqlx::query(WRITE);
     let query = bind_leases(query, &mut created);
@@ -548,7 +597,7 @@ async fn write(
         .await
         .map_err(db_err)?;
     for annotation in annotations {
-        sqlx::query(super::annotate::POSTGRES)
+        sqlx::query(crate::intake::annotate::POSTGRES)
             .bind(annotation.shadow)
             .bind(annotation.replay_id)
             .bind(annotation.replay_of)
@@ -568,7 +617,7 @@ async fn write(
             .await
             .map_err(db_err)?;
     }
-    Ok(answers)
+    Ok(())
 }
 
 type Query = sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments>;
@@ -587,24 +636,4 @@ fn bind_leases(query: Query, leases: &mut [entity_lock::Model]) -> Query {
 /// One column of `rows`, moved out of them: an array parameter.
 fn take<T, U>(rows: &mut [T], column: impl FnMut(&mut T) -> U) -> Vec<U> {
     rows.iter_mut().map(column).collect()
-}
-
-/// sqlx's error as sea-orm's, so the pool writer's retry rules apply unchanged: losing the
-/// connection is a connection error, anything else a failed query.
-fn db_err(error: sqlx::Error) -> DbErr {
-    let lost_connection = matches!(
-        error,
-        sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::Protocol(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed
-    );
-    let error = RuntimeErr::SqlxError(Arc::new(error));
-    if lost_connection {
-        DbErr::Conn(error)
-    } else {
-        DbErr::Query(error)
-    }
 }

@@ -1,20 +1,20 @@
-//! Attempts the SQLite writer records in its batch transaction (offered by the dispatcher,
-//! `dispatcher::writer_records`), applied exactly as `outbox::record` applies them, only to a
+//! Attempts the SQLite writer records in its batch transaction (riders offered by the
+//! dispatcher, [`super::riders`]), applied exactly as `outbox::record` applies them, only to a
 //! dispatch still held by this claim (same owner, attempt and series, still pending): a
 //! delivery makes it `delivered` and its run `dispatched`; a failed attempt gives the claim up
 //! with its error and next due time. Each with a history entry; every attempt gets its attempt
 //! row, held or not. Dead letters (which release leases) stay with the dispatcher's recorder.
 
+use crate::entities::dispatch::DispatchStatus;
+use crate::entities::run::RunStatus;
+use crate::outbox::{Recorded, Verdict, attempt_words};
+use crate::{Millis, millis_rfc3339};
 use rusqlite::{Transaction, params};
-use switchyard_store::entities::dispatch::DispatchStatus;
-use switchyard_store::entities::run::RunStatus;
-use switchyard_store::outbox::{Recorded, Verdict, attempt_words};
-use switchyard_store::{Millis, millis_rfc3339};
 use uuid::Uuid;
 
 /// Records `attempts` (deliveries and retries); returns, per attempt, whether it still held its
 /// claim.
-pub(super) fn record(
+pub(crate) fn record(
     txn: &Transaction<'_>,
     attempts: &[Recorded],
     now: Millis,
