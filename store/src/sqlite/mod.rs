@@ -2,7 +2,7 @@
 
 mod intake;
 mod ledger;
-mod outbox;
+pub(crate) mod outbox;
 mod runs;
 
 use crate::connect::Options;
