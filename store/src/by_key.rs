@@ -94,7 +94,7 @@ pub fn pending_dispatches_cancelled(
 /// An update of the rows whose `key` is one of `keys` that applies `changes` only to those whose
 /// `status` is one of `statuses`: the WHERE clause names the key alone, and each column is set
 /// through a `CASE` that leaves a row in another status as it is.
-fn update_where_status<E: EntityTrait>(
+pub(crate) fn update_where_status<E: EntityTrait>(
     key: E::Column,
     keys: impl IntoIterator<Item = String>,
     status: E::Column,

@@ -22,7 +22,7 @@ pub trait IntakeDriver {
 
     /// Claims up to `limit` due dispatches of the push target for `owner` in the intake
     /// writer's next transaction, where the database has one writer that carries claims
-    /// (SQLite): the dispatch ids claimed. `None` where it has none, or it did not take the
+    /// (SQLite): the dispatches claimed, with their runs. `None` where it has none, or it did not take the
     /// claim in time.
     async fn claim_in_intake(
         &self,
@@ -30,7 +30,7 @@ pub trait IntakeDriver {
         _owner: &str,
         _limit: usize,
         _claim_until: crate::Millis,
-    ) -> Option<Result<Vec<String>, String>> {
+    ) -> Option<Result<Vec<crate::outbox::ClaimedRun>, String>> {
         None
     }
 }

@@ -220,14 +220,9 @@ impl crate::Store {
         limit: usize,
         claim_until: Millis,
     ) -> Option<Result<Vec<crate::outbox::ClaimedRun>, sea_orm::DbErr>> {
-        let ids = match self
-            .driver()
+        self.driver()
             .claim_in_intake(target, owner, limit, claim_until)
-            .await?
-        {
-            Ok(ids) => ids,
-            Err(why) => return Some(Err(sea_orm::DbErr::Custom(why))),
-        };
-        Some(crate::outbox::claimed_rows(self.db(), &ids, owner).await)
+            .await
+            .map(|claimed| claimed.map_err(sea_orm::DbErr::Custom))
     }
 }

@@ -3,7 +3,7 @@
 mod flow;
 mod intake;
 mod ledger;
-mod outbox;
+pub(crate) mod outbox;
 mod runs;
 
 use crate::connect::Options;

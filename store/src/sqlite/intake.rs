@@ -39,7 +39,7 @@ impl crate::driver::IntakeDriver for Sqlite {
         owner: &str,
         limit: usize,
         claim_until: Millis,
-    ) -> Option<Result<Vec<String>, String>> {
+    ) -> Option<Result<Vec<crate::outbox::ClaimedRun>, String>> {
         self.claim_riding(target, owner, limit, claim_until).await
     }
 }

@@ -4,8 +4,7 @@
 mod checkpoint;
 mod intake;
 mod ledger;
-mod outbox;
-mod records;
+pub(crate) mod outbox;
 mod riders;
 mod runs;
 mod writer;
@@ -66,7 +65,7 @@ impl Sqlite {
         owner: &str,
         limit: usize,
         claim_until: crate::Millis,
-    ) -> Option<Result<Vec<String>, String>> {
+    ) -> Option<Result<Vec<crate::outbox::ClaimedRun>, String>> {
         self.riders
             .claim(riders::ClaimRequest {
                 target: target.to_owned(),

@@ -11,12 +11,12 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rusqlite::{Transaction, params};
+use rusqlite::Transaction;
 use tokio::sync::{Notify, oneshot};
 
-use crate::entities::dispatch::DispatchStatus;
-use crate::outbox::{Recorded, Verdict};
-use crate::{ACTIVE, Millis};
+use super::outbox::writer;
+use crate::outbox::{ClaimedRun, Recorded, Verdict};
+use crate::Millis;
 
 /// How long a caller waits for the writer to take its rider before doing the work itself (a
 /// writer that is up takes it at its next batch, or at once when idle: a rider wakes it).
@@ -25,8 +25,8 @@ pub(crate) const TAKE_WITHIN: Duration = Duration::from_millis(200);
 /// What the caller of a record rider hears: how many attempts still held their claim, or why
 /// nothing was recorded, with the attempts given back.
 type RecordAnswer = Result<usize, (String, Vec<Recorded>)>;
-/// What the caller of a claim rider hears: the dispatch ids claimed, or why not.
-type ClaimAnswer = Result<Vec<String>, String>;
+/// What the caller of a claim rider hears: the dispatches claimed, with their runs, or why not.
+type ClaimAnswer = Result<Vec<ClaimedRun>, String>;
 
 #[derive(Debug)]
 struct RecordRider {
@@ -203,11 +203,11 @@ pub(crate) struct Taken {
     claims: Vec<ClaimRider>,
 }
 
-/// What a transaction did for its riders: per claim rider the ids claimed, per attempt
+/// What a transaction did for its riders: per claim rider what it claimed, per attempt
 /// whether it still held its claim.
 #[derive(Debug)]
 pub(crate) struct Carried {
-    claimed: Vec<Vec<String>>,
+    claimed: Vec<Vec<ClaimedRun>>,
     held: Vec<bool>,
 }
 
@@ -220,24 +220,32 @@ impl Taken {
     pub fn apply(&self, txn: &Transaction<'_>, now: Millis) -> rusqlite::Result<Carried> {
         let mut claimed = Vec::with_capacity(self.claims.len());
         for rider in &self.claims {
-            claimed.push(claim(txn, &rider.request, now)?);
+            let request = &rider.request;
+            claimed.push(writer::claim_push(
+                txn,
+                &request.target,
+                &request.owner,
+                request.limit,
+                now,
+                request.claim_until,
+            )?);
         }
         let attempts: Vec<Recorded> = self
             .records
             .iter()
             .flat_map(|r| r.attempts.iter().cloned())
             .collect();
-        let held = super::records::record(txn, &attempts, now)?;
+        let held = writer::record(txn, &attempts, now)?;
         Ok(Carried { claimed, held })
     }
 
     /// After the commit.
     pub fn answer(mut self, carried: Carried) {
-        for (rider, ids) in std::mem::take(&mut self.claims)
+        for (rider, claimed) in std::mem::take(&mut self.claims)
             .into_iter()
             .zip(carried.claimed)
         {
-            let _ = rider.answer.send(Ok(ids));
+            let _ = rider.answer.send(Ok(claimed));
         }
         let mut from = 0;
         for rider in std::mem::take(&mut self.records) {
@@ -273,63 +281,11 @@ impl Drop for Taken {
     }
 }
 
-/// Claims the oldest due dispatches of an uncapped push target: rows as `outbox::claim_push`
-/// leaves them (one more attempt, claimed by the owner, due when the claim lapses);
-/// dispatches of runs that ended are cancelled instead.
-fn claim(
-    txn: &Transaction<'_>,
-    request: &ClaimRequest,
-    now: Millis,
-) -> rusqlite::Result<Vec<String>> {
-    let mut due = txn.prepare_cached(
-        "SELECT d.id, r.status FROM dispatches d JOIN runs r ON r.id = d.run_id \
-         WHERE d.status = ?1 AND d.target = ?2 AND d.due_at <= ?3 ORDER BY d.due_at LIMIT ?4",
-    )?;
-    let rows = due
-        .query_map(
-            params![
-                DispatchStatus::Pending.as_str(),
-                request.target,
-                now,
-                request.limit as i64
-            ],
-            |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
-        )?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut claimed = Vec::with_capacity(rows.len());
-    for (dispatch_id, run_status) in rows {
-        if !ACTIVE.contains(&run_status.as_str()) {
-            txn.prepare_cached(
-                "UPDATE dispatches SET status = ?2, reason = 'run_ended', claim_token = NULL, \
-                 updated_at = ?3 WHERE id = ?1",
-            )?
-            .execute(params![
-                dispatch_id,
-                DispatchStatus::Cancelled.as_str(),
-                now
-            ])?;
-            continue;
-        }
-        txn.prepare_cached(
-            "UPDATE dispatches SET attempts = attempts + 1, claimed_by = ?2, due_at = ?3, \
-             updated_at = ?4 WHERE id = ?1",
-        )?
-        .execute(params![
-            dispatch_id,
-            request.owner,
-            request.claim_until,
-            now
-        ])?;
-        claimed.push(dispatch_id);
-    }
-    Ok(claimed)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entities::{dispatch, run, run::RunStatus};
-    use crate::outbox::ClaimedRun;
+    use crate::entities::dispatch::{self, DispatchStatus};
+    use crate::entities::{run, run::RunStatus};
 
     const NOW: Millis = 1_700_000_000_000;
 
@@ -488,15 +444,14 @@ mod tests {
             }
         }
         taken.answer(Carried {
-            claimed: vec![vec!["d9".into()]],
+            claimed: vec![vec![attempt("d9", Verdict::Delivered).claimed]],
             held,
         });
         assert_eq!(first.await.expect("joined").ok(), Some(1));
         assert_eq!(second.await.expect("joined").ok(), Some(1));
-        assert_eq!(
-            claim.await.expect("joined"),
-            Some(Ok(vec!["d9".to_owned()]))
-        );
+        let claimed = claim.await.expect("joined").expect("taken").expect("claimed");
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].dispatch.id, "d9");
     }
 
     #[tokio::test]

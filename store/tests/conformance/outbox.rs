@@ -1,1 +1,7 @@
-//! Conformance of the outbox operations.
+//! Conformance of the outbox operations, on every backend: claims (with real concurrency on
+//! two stores of one database), records, redispatch and leases, the keep-alive, the reads.
+
+mod claims;
+mod fixtures;
+mod leases;
+mod records;
