@@ -166,7 +166,7 @@ impl SqliteWriter<'_> {
     }
 
     /// One transaction: the riders, the batch's steps, commit.
-    fn try_once(
+    async fn try_once(
         &mut self,
         batch: &mut dyn Batch,
         riders: Option<&Taken>,
@@ -179,8 +179,7 @@ impl SqliteWriter<'_> {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         // The backlog's oldest rows are claimed before the batch's new runs.
         let carried = riders.map(|r| r.apply(&txn, now)).transpose()?;
-        let committed =
-            futures::executor::block_on(order::decide_batch(&mut TxnSteps(&txn), batch, now))?;
+        let committed = order::decide_batch(&mut TxnSteps(&txn), batch, now).await?;
         txn.commit()?;
         Ok((committed, carried))
     }
@@ -196,7 +195,7 @@ impl Writer for SqliteWriter<'_> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.try_once(batch, riders.as_ref()) {
+            match self.try_once(batch, riders.as_ref()).await {
                 Ok((committed, carried)) => {
                     if let (Some(riders), Some(carried)) = (riders, carried) {
                         riders.answer(carried);
