@@ -93,7 +93,7 @@ pub fn pending_dispatches_cancelled(
 
 /// An update of the rows whose `key` is one of `keys` that applies `changes` only to those whose
 /// `status` is one of `statuses`: the WHERE clause names the key alone, and each column is set
-/// through a `CASE` that leaves a row in another status as it is.
+/// through a `CASE` that leaves a row in another status as it is (the status itself last).
 pub(crate) fn update_where_status<E: EntityTrait>(
     key: E::Column,
     keys: impl IntoIterator<Item = String>,
@@ -106,6 +106,12 @@ pub(crate) fn update_where_status<E: EntityTrait>(
             .finally(Expr::col(column))
             .into()
     };
+    // The status is set last: MySQL evaluates a SET list left to right, so a CASE after the
+    // status's own would see the new status and leave its row as it was.
+    let (mut changes, status_last): (Vec<_>, Vec<_>) = changes
+        .into_iter()
+        .partition(|(column, _)| std::mem::discriminant(column) != std::mem::discriminant(&status));
+    changes.extend(status_last);
     changes
         .into_iter()
         .fold(E::update_many(), |update, (column, value)| {

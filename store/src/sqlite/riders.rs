@@ -15,8 +15,8 @@ use rusqlite::Transaction;
 use tokio::sync::{Notify, oneshot};
 
 use super::outbox::writer;
-use crate::outbox::{ClaimedRun, Recorded, Verdict};
 use crate::Millis;
+use crate::outbox::{ClaimedRun, Recorded, Verdict};
 
 /// How long a caller waits for the writer to take its rider before doing the work itself (a
 /// writer that is up takes it at its next batch, or at once when idle: a rider wakes it).
@@ -449,7 +449,11 @@ mod tests {
         });
         assert_eq!(first.await.expect("joined").ok(), Some(1));
         assert_eq!(second.await.expect("joined").ok(), Some(1));
-        let claimed = claim.await.expect("joined").expect("taken").expect("claimed");
+        let claimed = claim
+            .await
+            .expect("joined")
+            .expect("taken")
+            .expect("claimed");
         assert_eq!(claimed.len(), 1);
         assert_eq!(claimed[0].dispatch.id, "d9");
     }

@@ -122,6 +122,7 @@ impl Drop for TestStore {
         } else {
             ""
         };
+        let backend = self.backend;
         // Dropped on a thread of its own: a test's runtime may be shutting down.
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -130,6 +131,12 @@ impl Drop for TestStore {
                 .expect("runtime");
             runtime.block_on(async {
                 if let Ok(admin) = Database::connect(&admin_url).await {
+                    if backend == Backend::MySql {
+                        // What PostgreSQL's FORCE does: a pooled connection whose rollback
+                        // has not run yet (its runtime is this drop's caller) would hold a
+                        // metadata lock that DROP DATABASE waits for.
+                        kill_sessions(&admin, &name).await;
+                    }
                     let _ = admin
                         .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}{force}"))
                         .await;
@@ -137,5 +144,26 @@ impl Drop for TestStore {
             });
         })
         .join();
+    }
+}
+
+/// Ends every MySQL session on the database `name`.
+async fn kill_sessions(admin: &sea_orm::DatabaseConnection, name: &str) {
+    use sea_orm::{ConnectionTrait, Statement};
+    let Ok(rows) = admin
+        .query_all_raw(Statement::from_string(
+            admin.get_database_backend(),
+            format!(
+                "SELECT CAST(id AS CHAR) FROM information_schema.processlist WHERE db = '{name}'"
+            ),
+        ))
+        .await
+    else {
+        return;
+    };
+    for row in rows {
+        if let Ok(id) = row.try_get_by_index::<String>(0) {
+            let _ = admin.execute_unprepared(&format!("KILL {id}")).await;
+        }
     }
 }

@@ -18,7 +18,6 @@ use crate::Millis;
 use crate::driver::OutboxDriver;
 use crate::entities::dispatch;
 
-
 /// SQLite's outbox statements. They hold no state: the pool-only entry points
 /// (`outbox::claim_push(db, ...)`) use them without a `Store`.
 #[derive(Debug)]
