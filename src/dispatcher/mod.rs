@@ -24,7 +24,7 @@ use serde::Serialize;
 use switchyard_dispatch::schedule::jitter;
 use switchyard_dispatch::{AttemptResult, Outbound};
 use switchyard_store::outbox::{self, ClaimedRun, Recorded, Verdict};
-use switchyard_store::{Millis, millis_rfc3339, now_millis};
+use switchyard_store::{Millis, Store, millis_rfc3339, now_millis};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::background::Background;
@@ -122,16 +122,16 @@ impl TargetHealths {
 pub struct Dispatcher(Background);
 
 impl Dispatcher {
-    /// Starts dispatching the outbox of `db` as replica `owner`.
+    /// Starts dispatching the outbox of `store` as replica `owner`.
     pub fn start(
-        db: DatabaseConnection,
+        store: Store,
         live: LiveConfig,
         owner: String,
         wake: Arc<Wake>,
         healths: Arc<TargetHealths>,
     ) -> Self {
         Self(Background::spawn(|stopped| {
-            run(db, live, owner, wake, healths, stopped)
+            run(store, live, owner, wake, healths, stopped)
         }))
     }
 
@@ -147,13 +147,14 @@ impl Dispatcher {
 }
 
 async fn run(
-    db: DatabaseConnection,
+    store: Store,
     live: LiveConfig,
     owner: String,
     wake: Arc<Wake>,
     healths: Arc<TargetHealths>,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let db = store.connection().clone();
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     let (records, queue) = mpsc::channel(IN_FLIGHT * 2);
     let recorder = tokio::spawn(record_all(db.clone(), queue, healths, wake.clone()));
@@ -162,13 +163,13 @@ async fn run(
         records,
         owner: owner.clone(),
         wake: wake.clone(),
-        db: db.clone(),
+        store: store.clone(),
         live: live.clone(),
     };
     let (targets, handed_over) = watch::channel(Arc::<[PushTarget]>::from([]));
     let handover = tokio::spawn(handover::run(sender.clone(), handed_over, stopped.clone()));
     let keeper = tokio::spawn(keep_alive(db.clone(), stopped.clone()));
-    let timer = tokio::spawn(deadlines::run(db.clone(), stopped.clone()));
+    let timer = tokio::spawn(deadlines::run(store.clone(), stopped.clone()));
     // What makes this pass claim from the outbox (`None`: it only sends the backlog rows the
     // writer claimed), and whether due rows may be waiting for a free slot (then a freed slot
     // means a claim pass).
@@ -248,7 +249,7 @@ async fn run(
                     wake: wake_label,
                 })
                 .inc();
-            match claim(&db, target, &owner, free, &current).await {
+            match claim(&store, target, &owner, free, &current).await {
                 Ok(claimed) => {
                     more |= claimed.len() == free;
                     backlog |= claimed.len() == free;
@@ -331,7 +332,7 @@ struct Sender {
     records: mpsc::Sender<Recorded>,
     owner: String,
     wake: Arc<Wake>,
-    db: DatabaseConnection,
+    store: Store,
     live: LiveConfig,
 }
 
@@ -351,7 +352,7 @@ impl Sender {
         let records = self.records.clone();
         let owner = self.owner.to_owned();
         let wake = self.wake.clone();
-        let (db, live) = (self.db.clone(), self.live.clone());
+        let (store, live) = (self.store.clone(), self.live.clone());
         tokio::spawn(async move {
             // Checked again at the last moment, against the revision in force now: a
             // suspension that came into force after the claim still stops the run before its
@@ -359,7 +360,7 @@ impl Sender {
             // (checked again then).
             let current = live.current();
             match crate::authority::revoke_if_refused(
-                &db,
+                &store,
                 &current.authority,
                 &claimed.run,
                 now_millis(),
@@ -412,7 +413,7 @@ async fn keep_alive(db: DatabaseConnection, mut stopped: watch::Receiver<bool>) 
 
 /// Claims due dispatches of one push target and builds their messages.
 async fn claim(
-    db: &DatabaseConnection,
+    store: &Store,
     target: &PushTarget,
     owner: &str,
     limit: usize,
@@ -421,7 +422,7 @@ async fn claim(
     let now = now_millis();
     let claim_until = now.saturating_add(millis(target.claim_for));
     let claimed = outbox::claim_push(
-        db,
+        store.connection(),
         &target.name,
         owner,
         limit as u64,
@@ -430,13 +431,13 @@ async fn claim(
         &live.max_running,
     )
     .await?;
-    messages(db, target, claimed, live, now).await
+    messages(store, target, claimed, live, now).await
 }
 
 /// Builds the messages of claimed dispatches, each in the trace of its run (with tracing on,
 /// the message names its attempt's span).
 async fn messages(
-    db: &DatabaseConnection,
+    store: &Store,
     target: &PushTarget,
     mut claimed: Vec<ClaimedRun>,
     live: &Live,
@@ -446,14 +447,14 @@ async fn messages(
     // the run: one whose principal was suspended meanwhile ends here, `authority_revoked`.
     let mut allowed = Vec::with_capacity(claimed.len());
     for run in claimed.drain(..) {
-        if !crate::authority::revoke_if_refused(db, &live.authority, &run.run, now).await? {
+        if !crate::authority::revoke_if_refused(store, &live.authority, &run.run, now).await? {
             allowed.push(run);
         }
     }
     let claimed = allowed;
     let refs: Vec<&ClaimedRun> = claimed.iter().collect();
-    let events = message::events_of(db, &refs).await?;
-    let mut resumes = crate::waits::message::resumes_of(db, &refs).await?;
+    let events = message::events_of(store.connection(), &refs).await?;
+    let mut resumes = crate::waits::message::resumes_of(store, &refs).await?;
     Ok(claimed
         .into_iter()
         .filter_map(|claimed| {
@@ -491,8 +492,9 @@ async fn send_backlog(
             continue;
         };
         let ids: Vec<String> = permits.keys().cloned().collect();
-        let built = match outbox::claimed_rows(&sender.db, &ids, &sender.owner).await {
-            Ok(claimed) => messages(&sender.db, target, claimed, live, now_millis()).await,
+        let built = match outbox::claimed_rows(sender.store.connection(), &ids, &sender.owner).await
+        {
+            Ok(claimed) => messages(&sender.store, target, claimed, live, now_millis()).await,
             Err(error) => Err(error.into()),
         };
         match built {

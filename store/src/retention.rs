@@ -213,3 +213,38 @@ impl Store {
         self.driver().give_back_space(self.db()).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::cutoff_id;
+
+    fn millis_of(id: uuid::Uuid) -> i64 {
+        let (secs, nanos) = id
+            .get_timestamp()
+            .expect("a v7 uuid has a timestamp")
+            .to_unix();
+        secs as i64 * 1000 + i64::from(nanos / 1_000_000)
+    }
+
+    #[test]
+    fn an_id_made_at_t_sorts_between_the_cutoffs_of_t_minus_and_plus_one_ms() {
+        for _ in 0..1000 {
+            let id = uuid::Uuid::now_v7();
+            let t = millis_of(id);
+            let id = id.to_string();
+            assert!(cutoff_id(t - 1) < id, "{} < {id}", cutoff_id(t - 1));
+            assert!(id < cutoff_id(t + 1), "{id} < {}", cutoff_id(t + 1));
+            // Made at t exactly: not older than t.
+            assert!(cutoff_id(t) <= id, "{} <= {id}", cutoff_id(t));
+        }
+    }
+
+    #[test]
+    fn the_cutoff_is_a_uuid_string_of_its_millisecond() {
+        let cutoff = cutoff_id(0x0123_4567_89ab);
+        assert_eq!(cutoff, "01234567-89ab-0000-0000-000000000000");
+        assert!(uuid::Uuid::parse_str(&cutoff).is_ok());
+        assert_eq!(cutoff_id(-5), "00000000-0000-0000-0000-000000000000");
+        assert!(cutoff_id(1_000) < cutoff_id(1_001));
+    }
+}
