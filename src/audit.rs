@@ -7,14 +7,12 @@
 //! run's creation columns, the revision as stored, the history), never from the revision in
 //! force now.
 
-use sea_orm::{ConnectionTrait, DbErr, EntityTrait};
 use serde::Serialize;
 use serde_json::Value;
-use switchyard_store::entities::{run, run_history};
+use switchyard_store::entities::{intake, run, run_history};
 use switchyard_store::millis_rfc3339;
-
-use crate::store::entities::intake;
-use crate::store::revisions::{self, RevisionContent};
+use switchyard_store::revisions::RevisionContent;
+use switchyard_store::runs::RunRecord;
 
 /// The five answers.
 #[derive(Debug, Clone, Serialize)]
@@ -90,25 +88,17 @@ pub struct Ending {
     pub usage: Option<Value>,
 }
 
-/// The audit of `run`, whose history (oldest first) is `history`, read through `db` (the same
-/// snapshot as the run, for a consistent answer).
-pub async fn of<C: ConnectionTrait>(
-    db: &C,
-    run: &run::Model,
-    history: &[run_history::Model],
-) -> Result<Audit, DbErr> {
-    let row = intake::Entity::find_by_id(run.intake_id.as_str())
-        .one(db)
-        .await?;
+/// The audit of a run, from its record (read from one snapshot, for a consistent answer): its
+/// ledger row, the revision that routed it as stored, and its history (oldest first).
+pub fn of(record: &RunRecord) -> Audit {
+    let run = &record.run;
+    let row = record.ledger_row.as_ref();
     let hash = run
         .config_revision
         .clone()
-        .or_else(|| row.as_ref().map(|r| r.config_revision.clone()));
-    let content = match &hash {
-        Some(hash) => revisions::by_hash(db, hash).await?.map(|r| r.content),
-        None => None,
-    };
-    Ok(build(run, row.as_ref(), content.as_ref(), hash, history))
+        .or_else(|| row.map(|r| r.config_revision.clone()));
+    let content = record.revision.as_ref().map(|r| &r.content);
+    build(run, row, content, hash, &record.history)
 }
 
 fn json(text: Option<&str>) -> Option<Value> {

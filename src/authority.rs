@@ -271,7 +271,7 @@ impl Authority {
 /// its entity released and its dispatch closed, and `true` is returned: the caller must not
 /// deliver it. Runs from before principals existed (none recorded) go on.
 pub async fn revoke_if_refused(
-    db: &sea_orm::DatabaseConnection,
+    store: &switchyard_store::Store,
     authority: &Authority,
     run: &switchyard_store::entities::run::Model,
     now: Millis,
@@ -283,15 +283,15 @@ pub async fn revoke_if_refused(
         return Ok(false);
     };
     let detail = format!("{refusal} ({}) before delivery", refusal.reason_word());
-    let ended = switchyard_store::bounded::end(
-        db,
-        &run.id,
-        switchyard_store::entities::run::RunStatus::Cancelled,
-        REVOKED,
-        Some(detail),
-        now,
-    )
-    .await?;
+    let ended = store
+        .end_run(
+            &run.id,
+            switchyard_store::entities::run::RunStatus::Cancelled,
+            REVOKED,
+            Some(detail),
+            now,
+        )
+        .await?;
     if ended {
         crate::metrics::metrics().run_finished("cancelled");
         tracing::warn!(run_id = %run.id, tenant_id = %run.tenant_id, principal = %refusal.principal, reason = refusal.reason_word(), "run cancelled before delivery: {refusal}");

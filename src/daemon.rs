@@ -13,9 +13,9 @@ use crate::http::{self, AppState};
 use crate::intake::Intake;
 use crate::live::{Live, LiveConfig};
 use crate::mailbox::Pollers;
-use crate::retention::{self, Retention};
+use crate::retention::Retention;
 use crate::sources::SourceStatuses;
-use crate::store;
+use crate::store::{DbErr, Store};
 
 /// A started daemon, not yet serving HTTP. Clones share everything (for reloading while serving).
 #[derive(Debug, Clone)]
@@ -33,34 +33,34 @@ impl Daemon {
     pub async fn start(settings: Settings, migrate: bool) -> anyhow::Result<Self> {
         let url = settings.loaded.database_url();
         let database = settings.loaded.config.database.clone();
-        let db = store::connect(&url, &database.store_options())
+        let store = Store::open(&url, &database.store_options())
             .await
             .with_context(|| format!("cannot open the database at {}", redact_url(&url)))?;
         if migrate {
-            store::migrate(&db)
+            store
+                .migrate()
                 .await
                 .context("cannot migrate the database")?;
         }
         // Before the intake writer and its checkpointer open their own connections.
-        retention::prepare_sqlite(&db).await?;
+        store.prepare_space().await?;
         let live = Live::new(settings);
-        store::workflows::sync(
-            &db,
-            live.revision(),
-            &live.workflows,
-            switchyard_store::now_millis(),
-        )
-        .await
-        .context(
-            "cannot record the workflows (is the database migrated? run `switchyard migrate`)",
-        )?;
-        record_revision(&db, &live).await.context(
+        store
+            .sync_workflows(
+                live.revision(),
+                &live.workflows,
+                switchyard_store::now_millis(),
+            )
+            .await
+            .context(
+                "cannot record the workflows (is the database migrated? run `switchyard migrate`)",
+            )?;
+        record_revision(&store, &live).await.context(
             "cannot record the config revision (is the database migrated? run `switchyard migrate`)",
         )?;
         log_revision(&live);
         let live = LiveConfig::new(live);
         let wake = Arc::new(Wake::default());
-        let store = store::Store::over(db.clone(), &url, &database.store_options());
         let intake = Intake::start(&store, &database, live.clone(), wake.clone())?;
         let sources = Arc::new(SourceStatuses::default());
         let replica_id = live.current().settings.loaded.replica_id();
@@ -73,25 +73,26 @@ impl Daemon {
             wake.clone(),
             targets.clone(),
         ));
-        let retention = Arc::new(Retention::start(db.clone(), live.clone()));
+        let retention = Arc::new(Retention::start(store.clone(), live.clone()));
         let wait_timers = Arc::new(crate::waits::timers::WaitTimers::start(
-            db.clone(),
+            store.clone(),
             live.clone(),
             wake.clone(),
         ));
-        let pollers = Pollers::new(db.clone(), intake.clone(), sources.clone(), replica_id);
+        let pollers = Pollers::new(store.clone(), intake.clone(), sources.clone(), replica_id);
         pollers.apply(&live.current().settings.sources).await;
         // A replay still `running` here was cut short by the last stop; it can be rerun.
-        if let Err(error) =
-            crate::replay::store::interrupt_running(&db, switchyard_store::now_millis()).await
+        if let Err(error) = store
+            .interrupt_replays(switchyard_store::now_millis())
+            .await
         {
             tracing::warn!(%error, "cannot mark interrupted replays");
         }
-        let replays = crate::replay::Replayer::new(db.clone(), Some(intake.clone()));
+        let replays = crate::replay::Replayer::new(store.clone(), Some(intake.clone()));
         let state = AppState {
             replays,
             store: store.clone(),
-            db,
+            db: store.connection().clone(),
             live,
             intake,
             sources,
@@ -133,15 +134,16 @@ impl Daemon {
             tracing::warn!("[telemetry] changed: it takes effect at the next restart");
         }
         let live = Live::new(settings);
-        store::workflows::sync(
-            &self.state.db,
-            live.revision(),
-            &live.workflows,
-            switchyard_store::now_millis(),
-        )
-        .await
-        .context("cannot record the new workflows; the old revision stays in force")?;
-        record_revision(&self.state.db, &live)
+        self.state
+            .store
+            .sync_workflows(
+                live.revision(),
+                &live.workflows,
+                switchyard_store::now_millis(),
+            )
+            .await
+            .context("cannot record the new workflows; the old revision stays in force")?;
+        record_revision(&self.state.store, &live)
             .await
             .context("cannot record the new config revision; the old revision stays in force")?;
         log_revision(&live);
@@ -229,13 +231,13 @@ pub async fn run(
 }
 
 /// Stores the revision coming into force (nothing when it is the one in force already).
-async fn record_revision(
-    db: &sea_orm::DatabaseConnection,
-    live: &Live,
-) -> Result<(), sea_orm::DbErr> {
+async fn record_revision(store: &Store, live: &Live) -> Result<(), DbErr> {
     let content = crate::config::revision_content(&live.settings);
     let now = switchyard_store::now_millis();
-    if store::revisions::record(db, live.revision(), &content, now).await? {
+    if store
+        .record_revision(live.revision(), &content, now)
+        .await?
+    {
         tracing::info!(
             config_revision = live.revision(),
             "config revision recorded"

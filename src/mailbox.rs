@@ -6,11 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sea_orm::DatabaseConnection;
 use switchyard_email::{
     Cursor, EmailSourceConfig, FetchedMessage, MailboxSink, PollerOptions, SinkError, SourceStatus,
 };
-use switchyard_store::now_millis;
+use switchyard_store::{Store, now_millis};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -18,7 +17,6 @@ use uuid::Uuid;
 use crate::config::ResolvedSource;
 use crate::intake::{CursorAdvance, Delivery, DeliveryBody, Intake, Raw, digest_id};
 use crate::sources::SourceStatuses;
-use crate::store;
 
 /// How long a poller lease lasts without renewal; the poller renews every third of it.
 const LEASE_TTL: Duration = Duration::from_secs(60);
@@ -26,7 +24,7 @@ const LEASE_TTL: Duration = Duration::from_secs(60);
 /// What the pollers of one daemon share.
 #[derive(Debug)]
 struct Sink {
-    db: DatabaseConnection,
+    store: Store,
     intake: Intake,
     statuses: Arc<SourceStatuses>,
     /// This replica's identity in poller leases.
@@ -45,19 +43,23 @@ fn sink_error(error: impl std::error::Error + Send + Sync + 'static) -> SinkErro
 impl MailboxSink for Sink {
     async fn acquire_lease(&self, source: &str) -> Result<bool, SinkError> {
         let ttl = i64::try_from(LEASE_TTL.as_millis()).unwrap_or(i64::MAX);
-        store::mailbox::acquire_lease(&self.db, source, &self.owner, now_millis(), ttl)
+        self.store
+            .acquire_poller_lease(source, &self.owner, now_millis(), ttl)
             .await
             .map_err(sink_error)
     }
 
     async fn release_lease(&self, source: &str) -> Result<(), SinkError> {
-        store::mailbox::release_lease(&self.db, source, &self.owner, now_millis())
+        self.store
+            .release_poller_lease(source, &self.owner, now_millis())
             .await
             .map_err(sink_error)
     }
 
     async fn cursor(&self, source: &str, mailbox: &str) -> Result<Option<Cursor>, SinkError> {
-        let row = store::mailbox::cursor(&self.db, source, mailbox)
+        let row = self
+            .store
+            .mailbox_cursor(source, mailbox)
             .await
             .map_err(sink_error)?;
         Ok(row.and_then(|row| {
@@ -153,14 +155,14 @@ pub struct Pollers {
 impl Pollers {
     /// Pollers that take leases as `replica_id` (see `LoadedConfig::replica_id`).
     pub fn new(
-        db: DatabaseConnection,
+        store: Store,
         intake: Intake,
         statuses: Arc<SourceStatuses>,
         replica_id: String,
     ) -> Self {
         Self {
             sink: Arc::new(Sink {
-                db,
+                store,
                 intake,
                 statuses,
                 owner: replica_id,

@@ -11,12 +11,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect};
 use serde::{Deserialize, Serialize};
 use switchyard_core::Event;
 use switchyard_router::{Candidate, TriggerIndex};
-
-use crate::store::entities::intake;
+use switchyard_store::{DbErr, Store};
 
 /// What one shadow workflow would have done with an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,27 +132,14 @@ pub fn uuid7_floor(at: i64) -> String {
 
 /// Per shadow workflow, what it would have done with the last day's events of `tenants`
 /// (`None`: every tenant).
-pub async fn last_day<C: ConnectionTrait>(
-    db: &C,
+pub async fn last_day(
+    store: &Store,
     tenants: Option<&[String]>,
     now: i64,
 ) -> Result<HashMap<String, ShadowStats>, DbErr> {
     let since = now - DAY_MS;
     let mut stats: HashMap<String, ShadowStats> = HashMap::new();
-    if tenants.is_some_and(<[String]>::is_empty) {
-        return Ok(stats);
-    }
-    let mut query = intake::Entity::find()
-        .select_only()
-        .column(intake::Column::Id)
-        .column(intake::Column::Shadow)
-        .filter(intake::Column::Id.gte(uuid7_floor(since)))
-        .filter(intake::Column::ReceivedAt.gte(since))
-        .filter(intake::Column::Shadow.is_not_null());
-    if let Some(tenants) = tenants {
-        query = query.filter(intake::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
-    }
-    let mut rows: Vec<(String, Option<String>)> = query.into_tuple().all(db).await?;
+    let mut rows = store.shadow_verdicts(tenants, since).await?;
     rows.sort_by(|a, b| b.0.cmp(&a.0));
     for (id, shadow) in rows {
         for verdict in parse(shadow.as_deref().unwrap_or("[]")) {

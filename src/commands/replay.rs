@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use sea_orm::DatabaseConnection;
+use switchyard_store::Store;
 
 use crate::config::{LoadedConfig, Settings, process_env};
 use crate::dispatcher::Wake;
@@ -21,8 +21,7 @@ use crate::live::{Live, LiveConfig};
 use crate::replay::engine::{self, Memory};
 use crate::replay::report::{Example, Tally, thousands};
 use crate::replay::runner::{Progress, StartError, parse_candidate};
-use crate::replay::{Filters, Mode, Replayer, Request, RevisionChoice, Routing, Under, store};
-use crate::store as db_store;
+use crate::replay::{Filters, Mode, Replayer, Request, RevisionChoice, Routing, Under};
 
 /// What `switchyard replay` was asked.
 #[derive(Debug, Clone)]
@@ -50,15 +49,15 @@ pub fn parse_when(text: &str) -> Result<i64, String> {
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let loaded = LoadedConfig::load(&args.config)?;
     let url = loaded.database_url().replace("mode=rwc", "mode=rw");
-    let db = db_store::connect(&url, &loaded.config.database.store_options())
+    let store = Store::open(&url, &loaded.config.database.store_options())
         .await
         .context("cannot open the database")?;
     let intake = if args.live {
-        Some(live_intake(&loaded, &db, &url)?)
+        Some(live_intake(&loaded, &store)?)
     } else {
         None
     };
-    let replayer = Replayer::new(db.clone(), intake);
+    let replayer = Replayer::new(store.clone(), intake);
     let prepared = match &args.rerun {
         Some(id) => replayer.prepare_rerun(id, &loaded).await,
         None => {
@@ -81,7 +80,8 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
             };
             if mode == Mode::Live {
                 let upto = uuid::Uuid::now_v7().to_string();
-                let total = store::count(&db, &args.filters, &upto, Mode::Live)
+                let total = store
+                    .replay_count(&args.filters, &upto, Mode::Live.originals_only())
                     .await
                     .context("cannot read the ledger (is the database migrated?)")?;
                 confirm(total, args.yes)?;
@@ -127,7 +127,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     if bar {
         eprintln!();
     }
-    let tally = crate::http::replays::report(&db, &id).await?;
+    let tally = crate::http::replays::report(&store, &id).await?;
     println!(
         "replay {id} {}: {} replayed, {} differ",
         row.status,
@@ -135,7 +135,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         thousands(row.differ.max(0) as u64)
     );
     print!("{}", tally.render());
-    for r in store::results(&db, &id, true, None, 20).await? {
+    for r in store.replay_results(&id, true, None, 20).await? {
         println!(
             "  {} {} {}: {}",
             r.intake_id,
@@ -176,17 +176,11 @@ fn confirm(total: u64, yes: bool) -> anyhow::Result<()> {
 }
 
 /// The intake of this process, on the config's database, for a live replay.
-fn live_intake(
-    loaded: &LoadedConfig,
-    db: &DatabaseConnection,
-    url: &str,
-) -> anyhow::Result<Intake> {
+fn live_intake(loaded: &LoadedConfig, store: &Store) -> anyhow::Result<Intake> {
     let settings = Settings::resolve(loaded.clone(), &process_env)?;
     let live = LiveConfig::new(Live::new(settings));
-    let store =
-        switchyard_store::Store::over(db.clone(), url, &loaded.config.database.store_options());
     Intake::start(
-        &store,
+        store,
         &loaded.config.database,
         live,
         Arc::new(Wake::default()),
@@ -223,7 +217,7 @@ pub async fn what_if(
         .with_context(|| format!("cannot read {}", candidate.display()))?;
     let candidate = parse_candidate(&text, &loaded).map_err(|e| anyhow::anyhow!(e.to_string()))?;
     let url = loaded.database_url().replace("mode=rwc", "mode=ro");
-    let db = db_store::connect(&url, &loaded.config.database.store_options())
+    let store = Store::open(&url, &loaded.config.database.store_options())
         .await
         .context("cannot open the database")?;
     let filters = Filters {
@@ -236,20 +230,20 @@ pub async fn what_if(
     let mut tally = Tally::default();
     let mut after: Option<String> = None;
     loop {
-        let rows = store::page(
-            &db,
-            &filters,
-            &upto,
-            Mode::Diagnostic,
-            after.as_deref(),
-            500,
-        )
-        .await
-        .context("cannot read the ledger (is the database migrated?)")?;
+        let rows = store
+            .replay_page(
+                &filters,
+                &upto,
+                Mode::Diagnostic.originals_only(),
+                after.as_deref(),
+                500,
+            )
+            .await
+            .context("cannot read the ledger (is the database migrated?)")?;
         let Some(last) = rows.last().map(|r| r.id.clone()) else {
             break;
         };
-        for r in engine::decide(&db, &mut under, &mut memory, rows).await? {
+        for r in engine::decide(&store, &mut under, &mut memory, rows).await? {
             let o = &r.original;
             tally.add(
                 o.event_type.as_deref(),

@@ -8,12 +8,10 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Deserialize;
 use switchyard_core::Channel;
-use switchyard_store::{now_millis, runs};
+use switchyard_store::{Store, now_millis};
 
 use crate::config::LoadedConfig;
 use crate::explain::explain;
-use crate::store;
-use crate::store::revisions;
 
 /// The event to try; `payload` and `raw_ref` may be left out.
 #[derive(Debug, Deserialize)]
@@ -52,8 +50,9 @@ pub async fn route(
             loaded.workflows(),
         ),
         Some(wanted) => {
-            let db = open_read_only(&loaded).await?;
-            let stored = revisions::get(&db, wanted)
+            let store = open_read_only(&loaded).await?;
+            let stored = store
+                .revision(wanted)
                 .await
                 .context("cannot read config_revisions (is the database migrated?)")?
                 .ok_or_else(|| {
@@ -163,9 +162,10 @@ async fn lock_state(
     tenant_id: &str,
     entity_id: &str,
 ) -> anyhow::Result<Option<(String, i64)>> {
-    let db = open_read_only(loaded).await?;
+    let store = open_read_only(loaded).await?;
     let now = now_millis();
-    Ok(runs::lock_of(&db, tenant_id, entity_id)
+    Ok(store
+        .lease_of(tenant_id, entity_id)
         .await
         .context("cannot read entity_locks (is the database migrated?)")?
         .and_then(|lock| {
@@ -175,9 +175,9 @@ async fn lock_state(
 }
 
 /// The database, SQLite read-only so a dry run never creates a file.
-async fn open_read_only(loaded: &LoadedConfig) -> anyhow::Result<sea_orm::DatabaseConnection> {
+async fn open_read_only(loaded: &LoadedConfig) -> anyhow::Result<Store> {
     let url = loaded.database_url().replace("mode=rwc", "mode=ro");
-    store::connect(&url, &loaded.config.database.store_options())
+    Store::open(&url, &loaded.config.database.store_options())
         .await
         .context("cannot open the database")
 }

@@ -10,7 +10,6 @@ use axum::routing::get;
 use serde::Deserialize;
 use switchyard_core::{Channel, Outcome, WorkflowStatus};
 use switchyard_store::now_millis;
-use switchyard_store::runs as lifecycle;
 
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, PAGE, given, query_string, render, stamp};
@@ -19,7 +18,7 @@ use crate::explain::explain;
 use crate::http::AppState;
 use crate::http::admin::parse_time;
 use crate::store::entities::intake;
-use crate::store::{ledger, revisions};
+use crate::store::ledger;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -106,21 +105,22 @@ async fn list(
         .map(|t| parse_time("until", t))
         .transpose()?;
     let tenants = viewer.principal.tenant_filter(given(&q.tenant));
-    let rows = ledger::list(
-        &state.db,
-        ledger::Filter {
-            tenants: tenants.as_deref(),
-            outcome: given(&q.outcome),
-            source: given(&q.source),
-            target_entity_id: given(&q.entity),
-            delivery_id: given(&q.delivery),
-            since,
-            until,
-            before: given(&q.before),
-        },
-        PAGE,
-    )
-    .await?;
+    let rows = state
+        .store
+        .ledger_page(
+            ledger::Filter {
+                tenants: tenants.as_deref(),
+                outcome: given(&q.outcome),
+                source: given(&q.source),
+                target_entity_id: given(&q.entity),
+                delivery_id: given(&q.delivery),
+                since,
+                until,
+                before: given(&q.before),
+            },
+            PAGE,
+        )
+        .await?;
     let filters = [
         ("tenant", given(&q.tenant)),
         ("source", given(&q.source)),
@@ -240,7 +240,9 @@ async fn one(
 ) -> Result<Response, ConsoleError> {
     viewer.require(Scope::Read)?;
     let tenants = viewer.principal.tenant_filter(None);
-    let row = ledger::get(&state.db, &id, tenants.as_deref())
+    let row = state
+        .store
+        .ledger_row(&id, tenants.as_deref())
         .await?
         .ok_or_else(|| ConsoleError::not_found("delivery"))?;
     let revealed = reveal.reveal.as_deref() == Some("raw");
@@ -251,18 +253,18 @@ async fn one(
 
     // The holder of the entity, named by an entity_locked row.
     let holder = match &row.held_by_run_id {
-        Some(held) => lifecycle::get(&state.db, held).await?,
+        Some(held) => state.store.run(held).await?,
         None => None,
     };
     let lock = match (&row.tenant_id, &row.target_entity_id) {
-        (Some(tenant), Some(entity)) => lifecycle::lock_of(&state.db, tenant, entity).await?,
+        (Some(tenant), Some(entity)) => state.store.lease_of(tenant, entity).await?,
         _ => None,
     };
     let entity = row.target_entity_id.clone().unwrap_or_default();
     let tenant = row.tenant_id.clone().unwrap_or_default();
     let sentence = sentence(&row, holder.as_ref(), lock.as_ref(), now);
 
-    let revision = revisions::by_hash(&state.db, &row.config_revision).await?;
+    let revision = state.store.revision_by_hash(&row.config_revision).await?;
     let mut steps = vec![Step::text(format!(
         "Received from source `{}` as delivery `{}` at {} UTC.",
         row.source,
@@ -419,7 +421,7 @@ async fn one(
     };
     let (raw_text, raw_note) =
         if revealed {
-            match ledger::raw(&state.db, &row.id).await? {
+            match state.store.raw_delivery(&row.id).await? {
             Some(raw) => {
                 const SHOWN: usize = 64 * 1024;
                 let text = String::from_utf8_lossy(&raw.body[..raw.body.len().min(SHOWN)])

@@ -6,7 +6,6 @@ use axum::response::Response;
 use axum::routing::get;
 use serde::Deserialize;
 use switchyard_store::now_millis;
-use switchyard_store::runs as lifecycle;
 
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, given, render, stamp};
@@ -50,8 +49,10 @@ async fn list(
 ) -> Result<Response, ConsoleError> {
     viewer.require(Scope::Read)?;
     let tenants = viewer.principal.tenant_filter(given(&q.tenant));
-    let locks =
-        lifecycle::held_locks_of(&state.db, tenants.as_deref(), now_millis(), SHOWN).await?;
+    let locks = state
+        .store
+        .held_leases(tenants.as_deref(), now_millis(), SHOWN)
+        .await?;
     let page = Page {
         chrome: viewer.chrome("locks"),
         tenant: given(&q.tenant).unwrap_or_default().to_owned(),

@@ -13,7 +13,6 @@ use crate::config::Scope;
 use crate::http::AppState;
 use crate::http::replays::{report, visible};
 use crate::replay::report::{Line, thousands};
-use crate::replay::store;
 use crate::store::entities::replay;
 
 pub fn router() -> Router<AppState> {
@@ -95,7 +94,7 @@ struct ListPage {
 
 async fn list(viewer: Viewer, State(state): State<AppState>) -> Result<Response, ConsoleError> {
     viewer.require(Scope::Read)?;
-    let rows = store::list(&state.db, None, 100).await?;
+    let rows = state.store.replays(None, 100).await?;
     let page = ListPage {
         chrome: viewer.chrome("replays"),
         rows: rows
@@ -134,14 +133,18 @@ async fn one(
     Path(id): Path<String>,
 ) -> Result<Response, ConsoleError> {
     viewer.require(Scope::Read)?;
-    let row = store::get(&state.db, &id)
+    let row = state
+        .store
+        .replay(&id)
         .await?
         .filter(|r| visible(&viewer.principal, r))
         .ok_or_else(|| ConsoleError::not_found("replay"))?;
-    let tally = report(&state.db, &id).await?;
+    let tally = report(&state.store, &id).await?;
     let label =
         |outcome: &str, workflow: Option<&str>| crate::replay::engine::bucket(outcome, workflow);
-    let differing = store::results(&state.db, &id, true, None, 200)
+    let differing = state
+        .store
+        .replay_results(&id, true, None, 200)
         .await?
         .into_iter()
         .map(|r| Different {

@@ -11,14 +11,14 @@ use axum::{Form, Router};
 use serde::Deserialize;
 use switchyard_store::entities::run::{self, RunStatus};
 use switchyard_store::now_millis;
-use switchyard_store::outbox::{self, Redispatched};
-use switchyard_store::runs as lifecycle;
+use switchyard_store::outbox::Redispatched;
+use switchyard_store::runs::{RunFilter, RunRecord};
 
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, PAGE, given, query_string, render, stamp};
 use crate::config::Scope;
 use crate::http::AppState;
-use crate::http::runs::{finish_run, parse_status, read_snapshot, run_error, visible_run};
+use crate::http::runs::{finish_run, parse_status, run_error, visible_run};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -96,14 +96,14 @@ async fn list(
     let Query(q) = q.map_err(|e| ConsoleError::new(StatusCode::BAD_REQUEST, &e.body_text()))?;
     let status = given(&q.status).map(parse_status).transpose()?;
     let tenants = viewer.principal.tenant_filter(given(&q.tenant));
-    let filter = lifecycle::RunFilter {
+    let filter = RunFilter {
         tenants: tenants.as_deref(),
         status,
         workflow_id: given(&q.workflow),
         target_entity_id: given(&q.entity),
         before: given(&q.before),
     };
-    let runs = lifecycle::list_filtered(&state.db, &filter, PAGE).await?;
+    let runs = state.store.runs(&filter, PAGE).await?;
     let filters = [
         ("status", given(&q.status)),
         ("workflow", given(&q.workflow)),
@@ -193,16 +193,23 @@ async fn one(
     Query(notice): Query<Notice>,
 ) -> Result<Response, ConsoleError> {
     viewer.require(Scope::Read)?;
-    let txn = read_snapshot(&state.db).await?;
-    let run = lifecycle::get(&txn, &id)
+    // One snapshot: the run, its dispatch, history, waits and lease as of one moment.
+    let tenants = viewer.principal.tenant_filter(None);
+    let record = state
+        .store
+        .run_record(&id, tenants.as_deref())
         .await?
-        .filter(|run| viewer.principal.sees(&run.tenant_id))
         .ok_or_else(|| ConsoleError::not_found("run"))?;
-    let (dispatch, attempts, history) = outbox::trail(&txn, &run).await?;
-    let waits = crate::http::waits::of_run(&txn, &run.id).await?;
-    let audit = crate::audit::of(&txn, &run, &history).await?.sections();
-    let lock = lifecycle::lock_of(&txn, &run.tenant_id, &run.target_entity_id).await?;
-    txn.commit().await?;
+    let audit = crate::audit::of(&record).sections();
+    let RunRecord {
+        run,
+        dispatch,
+        attempts,
+        history,
+        waits,
+        lease: lock,
+        ..
+    } = record;
     let now = now_millis();
     let lease = match &lock {
         Some(lock) if lock.held_at(now) == Some(run.id.as_str()) => format!(
@@ -377,7 +384,9 @@ async fn redispatch(
     viewer.check_csrf(&csrf)?;
     viewer.require(Scope::RunsWrite)?;
     visible_run(&state, &viewer.principal, &id).await?;
-    match outbox::redispatch(&state.db, &id, now_millis())
+    match state
+        .store
+        .redispatch(&id, now_millis())
         .await
         .map_err(run_error)?
     {

@@ -6,7 +6,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::get;
-use switchyard_store::{now_millis, outbox};
+use switchyard_store::now_millis;
 
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, render};
@@ -111,7 +111,7 @@ async fn page(viewer: Viewer, State(state): State<AppState>) -> Result<Response,
         .map(|w| live.target_of(&w.id))
         .collect();
     let limited = viewer.principal.tenants().is_some();
-    let pending = outbox::pending_by_target(&state.db).await?;
+    let pending = state.store.pending_by_target().await?;
     let healths = state.targets.snapshot();
     let now = now_millis();
     let targets = live

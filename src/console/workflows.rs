@@ -16,7 +16,6 @@ use super::session::Viewer;
 use super::{Chrome, ConsoleError, given, render, stamp};
 use crate::config::Scope;
 use crate::http::AppState;
-use crate::store::{ledger, revisions};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/ui/workflows", get(page))
@@ -79,23 +78,21 @@ async fn page(
     viewer.require(Scope::Read)?;
     let live = state.live.current();
     let wanted = given(&q.revision).unwrap_or(live.revision()).to_owned();
-    let revision = revisions::get(&state.db, &wanted)
+    let revision = state
+        .store
+        .revision(&wanted)
         .await?
         .ok_or_else(|| ConsoleError::not_found("config revision"))?;
     let tenants = viewer.principal.tenant_filter(None);
-    let counts = ledger::outcome_counts(
-        &state.db,
-        tenants.as_deref(),
-        now_millis() - 24 * 60 * 60 * 1000,
-    )
-    .await?;
+    let counts = state
+        .store
+        .outcome_counts(tenants.as_deref(), now_millis() - 24 * 60 * 60 * 1000)
+        .await?;
     let mut runs_by_workflow: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
-    for (workflow, status, n) in ledger::run_status_counts(
-        &state.db,
-        tenants.as_deref(),
-        now_millis() - 24 * 60 * 60 * 1000,
-    )
-    .await?
+    for (workflow, status, n) in state
+        .store
+        .run_status_counts(tenants.as_deref(), now_millis() - 24 * 60 * 60 * 1000)
+        .await?
     {
         runs_by_workflow
             .entry(workflow)
@@ -112,7 +109,7 @@ async fn page(
         .iter()
         .any(|w| w.workflow.status == switchyard_core::WorkflowStatus::Shadow)
     {
-        crate::shadow::last_day(&state.db, tenants.as_deref(), now_millis()).await?
+        crate::shadow::last_day(&state.store, tenants.as_deref(), now_millis()).await?
     } else {
         Default::default()
     };
@@ -164,7 +161,7 @@ async fn page(
                 .unwrap_or_default(),
         })
         .collect();
-    let listed = revisions::list(&state.db, None, 20).await?;
+    let listed = state.store.revisions(None, 20).await?;
     let page = Page {
         chrome: viewer.chrome("workflows"),
         hash: revision.hash.clone(),

@@ -6,8 +6,7 @@
 
 use std::time::Duration;
 
-use sea_orm::DatabaseConnection;
-use switchyard_store::{bounded, now_millis};
+use switchyard_store::{Store, now_millis};
 use tokio::sync::watch;
 
 /// How often active runs are looked at for passed deadlines.
@@ -15,10 +14,10 @@ const EVERY: Duration = Duration::from_secs(1);
 /// Most runs ended in one transaction.
 const BATCH: u64 = 200;
 
-pub async fn run(db: DatabaseConnection, mut stopped: watch::Receiver<bool>) {
+pub async fn run(store: Store, mut stopped: watch::Receiver<bool>) {
     while !*stopped.borrow() {
         loop {
-            match bounded::expire_deadlines(&db, now_millis(), BATCH).await {
+            match store.expire_deadlines(now_millis(), BATCH).await {
                 Ok(ended) => {
                     for run_id in &ended {
                         crate::metrics::metrics().run_finished("failed");

@@ -159,13 +159,13 @@ async fn run(
         records,
         owner: owner.clone(),
         wake: wake.clone(),
-        db: db.clone(),
+        store: store.clone(),
         live: live.clone(),
     };
     let (targets, handed_over) = watch::channel(Arc::<[PushTarget]>::from([]));
     let handover = tokio::spawn(handover::run(sender.clone(), handed_over, stopped.clone()));
     let keeper = tokio::spawn(keep_alive(db.clone(), stopped.clone()));
-    let timer = tokio::spawn(deadlines::run(db.clone(), stopped.clone()));
+    let timer = tokio::spawn(deadlines::run(store.clone(), stopped.clone()));
     // What makes this pass claim from the outbox (`None`: nothing), and whether due rows may
     // be waiting for a free slot (then a freed slot means a claim pass).
     let (mut claim_now, mut backlog): (Option<&'static str>, bool) = (Some("start"), true);
@@ -302,7 +302,7 @@ struct Sender {
     records: mpsc::Sender<Recorded>,
     owner: String,
     wake: Arc<Wake>,
-    db: DatabaseConnection,
+    store: Store,
     live: LiveConfig,
 }
 
@@ -322,7 +322,7 @@ impl Sender {
         let records = self.records.clone();
         let owner = self.owner.to_owned();
         let wake = self.wake.clone();
-        let (db, live) = (self.db.clone(), self.live.clone());
+        let (store, live) = (self.store.clone(), self.live.clone());
         tokio::spawn(async move {
             // Checked again at the last moment, against the revision in force now: a
             // suspension that came into force after the claim still stops the run before its
@@ -330,7 +330,7 @@ impl Sender {
             // (checked again then).
             let current = live.current();
             match crate::authority::revoke_if_refused(
-                &db,
+                &store,
                 &current.authority,
                 &claimed.run,
                 now_millis(),
@@ -401,7 +401,7 @@ async fn claim(
             .claim_in_intake(&target.name, owner, limit, claim_until)
             .await
     {
-        let built = messages(store.connection(), target, claimed?, live, now).await?;
+        let built = messages(store, target, claimed?, live, now).await?;
         return Ok(("intake_backlog", built));
     }
     crate::metrics::metrics()
@@ -421,14 +421,14 @@ async fn claim(
         &live.max_running,
     )
     .await?;
-    let built = messages(store.connection(), target, claimed, live, now).await?;
+    let built = messages(store, target, claimed, live, now).await?;
     Ok(("dispatcher", built))
 }
 
 /// Builds the messages of claimed dispatches, each in the trace of its run (with tracing on,
 /// the message names its attempt's span).
 async fn messages(
-    db: &DatabaseConnection,
+    store: &Store,
     target: &PushTarget,
     mut claimed: Vec<ClaimedRun>,
     live: &Live,
@@ -438,14 +438,14 @@ async fn messages(
     // the run: one whose principal was suspended meanwhile ends here, `authority_revoked`.
     let mut allowed = Vec::with_capacity(claimed.len());
     for run in claimed.drain(..) {
-        if !crate::authority::revoke_if_refused(db, &live.authority, &run.run, now).await? {
+        if !crate::authority::revoke_if_refused(store, &live.authority, &run.run, now).await? {
             allowed.push(run);
         }
     }
     let claimed = allowed;
     let refs: Vec<&ClaimedRun> = claimed.iter().collect();
-    let events = message::events_of(db, &refs).await?;
-    let mut resumes = crate::waits::message::resumes_of(db, &refs).await?;
+    let events = message::events_of(store.connection(), &refs).await?;
+    let mut resumes = crate::waits::message::resumes_of(store, &refs).await?;
     Ok(claimed
         .into_iter()
         .filter_map(|claimed| {

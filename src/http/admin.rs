@@ -8,12 +8,10 @@ use axum::http::header;
 use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchyard_core::Outcome;
 use switchyard_store::now_millis;
-use switchyard_store::runs as lifecycle;
 
 use super::auth::Principal;
 use super::{ApiError, AppState};
@@ -218,21 +216,22 @@ async fn list_intake(
         .map(|t| parse_time("until", t))
         .transpose()?;
     let tenants = principal.tenant_filter(q.tenant.as_deref());
-    let rows = ledger::list(
-        &state.db,
-        ledger::Filter {
-            tenants: tenants.as_deref(),
-            outcome: q.outcome.as_deref(),
-            source: q.source.as_deref(),
-            target_entity_id: q.entity.as_deref(),
-            delivery_id: q.delivery_id.as_deref(),
-            since,
-            until,
-            before: q.before.as_deref(),
-        },
-        limit,
-    )
-    .await?;
+    let rows = state
+        .store
+        .ledger_page(
+            ledger::Filter {
+                tenants: tenants.as_deref(),
+                outcome: q.outcome.as_deref(),
+                source: q.source.as_deref(),
+                target_entity_id: q.entity.as_deref(),
+                delivery_id: q.delivery_id.as_deref(),
+                since,
+                until,
+                before: q.before.as_deref(),
+            },
+            limit,
+        )
+        .await?;
     let next_before = (rows.len() as u64 == limit)
         .then(|| rows.last().map(|row| row.id.clone()))
         .flatten();
@@ -253,7 +252,9 @@ async fn raw(
     if principal.tenants().is_some() {
         // The raw id is its ledger row's id; the row says whose bytes they are.
         let tenants = principal.tenant_filter(None);
-        if ledger::get(&state.db, id, tenants.as_deref())
+        if state
+            .store
+            .ledger_row(id, tenants.as_deref())
             .await?
             .is_none()
         {
@@ -262,7 +263,7 @@ async fn raw(
             )));
         }
     }
-    let Some(raw) = ledger::raw(&state.db, id).await? else {
+    let Some(raw) = state.store.raw_delivery(id).await? else {
         return Err(missing_raw(&state, id).await?);
     };
     // The bytes are the sender's, not ours: served under the sender's type, HTML or SVG would
@@ -285,19 +286,12 @@ async fn raw(
 /// 410 when retention pruned the bytes but the ledger row naming them (its id is the raw
 /// id) is kept; else 404.
 async fn missing_raw(state: &AppState, id: &str) -> Result<ApiError, ApiError> {
-    let named = intake::Entity::find_by_id(id)
-        .filter(intake::Column::RawRef.eq(format!("raw:{id}")))
-        .select_only()
-        .column(intake::Column::Id)
-        .into_tuple::<String>()
-        .one(&state.db)
-        .await?;
-    Ok(match named {
-        Some(_) => ApiError::expired(format!(
+    Ok(match state.store.raw_was_pruned(id).await? {
+        true => ApiError::expired(format!(
             "the raw bytes of `raw:{id}` were deleted by retention (retention.raw); its ledger \
              row is kept"
         )),
-        None => ApiError::NotFound(format!("no raw delivery with id `{id}`")),
+        false => ApiError::NotFound(format!("no raw delivery with id `{id}`")),
     })
 }
 
@@ -317,8 +311,10 @@ async fn locks(
     let q = query(q)?;
     let limit = parse_limit(q.limit.as_deref())?;
     let tenants = principal.tenant_filter(q.tenant.as_deref());
-    let locks =
-        lifecycle::held_locks_of(&state.db, tenants.as_deref(), now_millis(), limit).await?;
+    let locks = state
+        .store
+        .held_leases(tenants.as_deref(), now_millis(), limit)
+        .await?;
     let locks: Vec<Value> = locks
         .into_iter()
         .map(|lock| {
@@ -342,7 +338,7 @@ async fn workflows(
     let live = state.live.current();
     let mut shadows = if live.shadows.is_some() {
         let tenants = principal.tenant_filter(None);
-        crate::shadow::last_day(&state.db, tenants.as_deref(), now_millis()).await?
+        crate::shadow::last_day(&state.store, tenants.as_deref(), now_millis()).await?
     } else {
         Default::default()
     };

@@ -17,7 +17,6 @@ use axum::{Json, Router};
 use serde_json::{Value, json};
 
 use switchyard_store::now_millis;
-use switchyard_store::outbox;
 
 use super::auth::bearer_principal;
 use super::{ApiError, AppState};
@@ -37,14 +36,14 @@ pub struct PendingCache(tokio::sync::Mutex<Option<(std::time::Instant, Pending)>
 type Pending = Vec<(String, i64, i64)>;
 
 impl PendingCache {
-    async fn get(&self, db: &sea_orm::DatabaseConnection) -> Pending {
+    async fn get(&self, store: &switchyard_store::Store) -> Pending {
         let mut cached = self.0.lock().await;
         if let Some((at, pending)) = cached.as_ref()
             && at.elapsed() < PENDING_FRESH
         {
             return pending.clone();
         }
-        match outbox::pending_by_target(db).await {
+        match store.pending_by_target().await {
             Ok(pending) => {
                 *cached = Some((std::time::Instant::now(), pending.clone()));
                 pending
@@ -134,7 +133,7 @@ fn degraded_workflows(state: &AppState) -> Value {
 /// Each target in force with its delivery health and outbox backlog.
 async fn targets(state: &AppState) -> Value {
     let now = now_millis();
-    let pending = state.pending.get(&state.db).await;
+    let pending = state.pending.get(&state.store).await;
     let healths = state.targets.snapshot();
     let live = state.live.current();
     let mut targets = serde_json::Map::new();

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use switchyard_store::{now_millis, outbox};
+use switchyard_store::now_millis;
 
 use super::{ApiError, AppState};
 use crate::metrics::{RevisionLabel, SourceLabel, TargetLabel, WriterLabel, metrics};
@@ -44,7 +44,7 @@ async fn scrape(
     let metrics = metrics();
     let now = now_millis();
     let live = state.live.current();
-    let pending = outbox::pending_by_target(&state.db).await?;
+    let pending = state.store.pending_by_target().await?;
     for target in &live.settings.targets {
         let label = TargetLabel {
             target: target.name().to_owned(),

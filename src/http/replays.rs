@@ -10,6 +10,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use switchyard_store::{DbErr, Store};
 
 use super::admin::{millis_to_rfc3339, parse_limit, parse_time, query};
 use super::auth::Principal;
@@ -17,7 +18,7 @@ use super::{ApiError, AppState};
 use crate::config::Scope;
 use crate::replay::report::{Example, Tally};
 use crate::replay::runner::StartError;
-use crate::replay::{Filters, Mode, Request, RevisionChoice, store};
+use crate::replay::{Filters, Mode, Request, RevisionChoice};
 use crate::store::entities::{replay, replay_result};
 
 pub fn router() -> Router<AppState> {
@@ -172,7 +173,7 @@ async fn list(
     principal.require(Scope::Read)?;
     let q = query(q)?;
     let limit = parse_limit(q.limit.as_deref())?;
-    let rows = store::list(&state.db, q.before.as_deref(), limit).await?;
+    let rows = state.store.replays(q.before.as_deref(), limit).await?;
     let next_before = (rows.len() as u64 == limit)
         .then(|| rows.last().map(|r| r.id.clone()))
         .flatten();
@@ -195,12 +196,9 @@ struct OneQuery {
 }
 
 /// The stored report of a replay: the moves table and its examples.
-pub(crate) async fn report(
-    db: &sea_orm::DatabaseConnection,
-    replay_id: &str,
-) -> Result<Tally, sea_orm::DbErr> {
+pub(crate) async fn report(store: &Store, replay_id: &str) -> Result<Tally, DbErr> {
     let mut tally = Tally::default();
-    for (event_type, from, from_wf, to, to_wf, n) in store::moves(db, replay_id).await? {
+    for (event_type, from, from_wf, to, to_wf, n) in store.replay_moves(replay_id).await? {
         tally.add(
             event_type.as_deref(),
             (&from, from_wf.as_deref()),
@@ -211,7 +209,7 @@ pub(crate) async fn report(
     }
     // Examples: the first differing deliveries of each changed cell.
     let mut examples = Tally::default();
-    for r in store::results(db, replay_id, true, None, 500).await? {
+    for r in store.replay_results(replay_id, true, None, 500).await? {
         examples.add(
             r.event_type.as_deref(),
             (&r.original_outcome, r.original_workflow_id.as_deref()),
@@ -253,22 +251,20 @@ async fn one(
     principal.require(Scope::Read)?;
     let q = query(q)?;
     let limit = parse_limit(q.limit.as_deref())?;
-    let row = store::get(&state.db, &id)
+    let row = state
+        .store
+        .replay(&id)
         .await?
         .filter(|r| visible(&principal, r))
         .ok_or_else(|| ApiError::NotFound(format!("no replay `{id}`")))?;
-    let results = store::results(
-        &state.db,
-        &id,
-        q.differing.unwrap_or(false),
-        q.after.as_deref(),
-        limit,
-    )
-    .await?;
+    let results = state
+        .store
+        .replay_results(&id, q.differing.unwrap_or(false), q.after.as_deref(), limit)
+        .await?;
     let next_after = (results.len() as u64 == limit)
         .then(|| results.last().map(|r| r.intake_id.clone()))
         .flatten();
-    let tally = report(&state.db, &id).await?;
+    let tally = report(&state.store, &id).await?;
     let mut answer = view(&row);
     answer["report"] = json!({
         "table": tally.lines(),
@@ -286,7 +282,9 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     principal.require(Scope::Admin)?;
-    let row = store::get(&state.db, &id)
+    let row = state
+        .store
+        .replay(&id)
         .await?
         .filter(|r| visible(&principal, r))
         .ok_or_else(|| ApiError::NotFound(format!("no replay `{id}`")))?;
@@ -306,7 +304,9 @@ async fn rerun(
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     principal.require(Scope::Admin)?;
-    store::get(&state.db, &id)
+    state
+        .store
+        .replay(&id)
         .await?
         .filter(|r| visible(&principal, r))
         .ok_or_else(|| ApiError::NotFound(format!("no replay `{id}`")))?;

@@ -12,7 +12,7 @@ use super::admin::{millis_to_rfc3339, parse_limit, query};
 use super::auth::Principal;
 use super::{ApiError, AppState};
 use crate::config::Scope;
-use crate::store::revisions::{self, Revision};
+use crate::store::revisions::Revision;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -52,7 +52,7 @@ async fn list(
     principal.require(Scope::Read)?;
     let q = query(q)?;
     let limit = parse_limit(q.limit.as_deref())?;
-    let rows = revisions::list(&state.db, q.before.as_deref(), limit).await?;
+    let rows = state.store.revisions(q.before.as_deref(), limit).await?;
     let next_before = (rows.len() as u64 == limit)
         .then(|| rows.last().map(|r| r.id.clone()))
         .flatten();
@@ -72,7 +72,9 @@ async fn one(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::Read)?;
-    let revision = revisions::get(&state.db, &id)
+    let revision = state
+        .store
+        .revision(&id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no config revision `{id}`")))?;
     Ok(Json(view(revision, &principal, true)))

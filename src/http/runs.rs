@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use switchyard_store::bounded::{Report, Usage};
 use switchyard_store::entities::run::{self, RunStatus};
 use switchyard_store::now_millis;
-use switchyard_store::outbox::{self, Redispatched};
-use switchyard_store::runs::{self as lifecycle, RunError};
+use switchyard_store::outbox::Redispatched;
+use switchyard_store::runs::{RunError, RunFilter, RunRecord};
 
 use super::admin::{millis_to_rfc3339, parse_limit};
 use super::auth::Principal;
@@ -134,14 +134,14 @@ async fn list_runs(
     let status = query.status.as_deref().map(parse_status).transpose()?;
     let limit = parse_limit(query.limit.as_deref())?;
     let tenants = principal.tenant_filter(query.tenant.as_deref());
-    let filter = lifecycle::RunFilter {
+    let filter = RunFilter {
         tenants: tenants.as_deref(),
         status,
         workflow_id: query.workflow.as_deref(),
         target_entity_id: query.entity.as_deref(),
         before: query.before.as_deref(),
     };
-    let runs = lifecycle::list_filtered(&state.db, &filter, limit).await?;
+    let runs = state.store.runs(&filter, limit).await?;
     let next_before = (runs.len() as u64 == limit)
         .then(|| runs.last().map(|run| run.id.clone()))
         .flatten();
@@ -157,15 +157,21 @@ async fn get_run(
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::Read)?;
     // One snapshot: the run, its dispatch and its history as of one moment, never torn.
-    let txn = read_snapshot(&state.db).await?;
-    let run = lifecycle::get(&txn, &id)
+    let tenants = principal.tenant_filter(None);
+    let record = state
+        .store
+        .run_record(&id, tenants.as_deref())
         .await?
-        .filter(|run| principal.sees(&run.tenant_id))
         .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))?;
-    let (dispatch, attempts, history) = outbox::trail(&txn, &run).await?;
-    let waits = super::waits::of_run(&txn, &run.id).await?;
-    let audit = crate::audit::of(&txn, &run, &history).await?;
-    txn.commit().await?;
+    let audit = crate::audit::of(&record);
+    let RunRecord {
+        run,
+        dispatch,
+        attempts,
+        history,
+        waits,
+        ..
+    } = record;
     let mut view = serde_json::to_value(RunView::from(run)).unwrap_or_default();
     // The five questions of an audit, each answered from what was recorded at the time.
     view["audit"] = serde_json::to_value(audit).unwrap_or_default();
@@ -214,23 +220,6 @@ async fn get_run(
     Ok(Json(view))
 }
 
-/// A read-only transaction that sees one snapshot (REPEATABLE READ; SQLite's deferred
-/// transaction reads one snapshot from its first read).
-pub(crate) async fn read_snapshot(
-    db: &sea_orm::DatabaseConnection,
-) -> Result<sea_orm::DatabaseTransaction, sea_orm::DbErr> {
-    use sea_orm::{AccessMode, DbBackend, IsolationLevel, TransactionOptions, TransactionTrait};
-    let options = match db.get_database_backend() {
-        DbBackend::Sqlite => TransactionOptions::default(),
-        _ => TransactionOptions {
-            isolation_level: Some(IsolationLevel::RepeatableRead),
-            access_mode: Some(AccessMode::ReadOnly),
-            ..Default::default()
-        },
-    };
-    db.begin_with_options(options).await
-}
-
 /// What a worker proves it is the current holder with.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -251,15 +240,11 @@ async fn heartbeat(
     principal.require(Scope::RunsWrite)?;
     visible_run(&state, &principal, &id).await?;
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let lease = lifecycle::heartbeat(
-        &state.db,
-        &id,
-        request.fencing_token,
-        &request.usage,
-        now_millis(),
-    )
-    .await
-    .map_err(ended_by_daemon)?;
+    let lease = state
+        .store
+        .heartbeat(&id, request.fencing_token, &request.usage, now_millis())
+        .await
+        .map_err(ended_by_daemon)?;
     tracing::info!(run_id = %id, expires_at = lease.expires_at, "run heartbeat extended its lease");
     Ok(Json(json!({
         "run_id": id,
@@ -335,7 +320,9 @@ pub(crate) async fn finish_run(
     status: RunStatus,
     report: &Report,
 ) -> Result<run::Model, ApiError> {
-    let run = lifecycle::finish(&state.db, id, fencing_token, status, report, now_millis())
+    let run = state
+        .store
+        .finish_run(id, fencing_token, status, report, now_millis())
         .await
         .map_err(ended_by_daemon)?;
     crate::metrics::metrics().run_finished(run.status.as_str());
@@ -360,7 +347,9 @@ pub(crate) async fn visible_run(
     principal: &Principal,
     id: &str,
 ) -> Result<run::Model, ApiError> {
-    lifecycle::get(&state.db, id)
+    state
+        .store
+        .run(id)
         .await?
         .filter(|run| principal.sees(&run.tenant_id))
         .ok_or_else(|| ApiError::NotFound(format!("no run with id `{id}`")))
@@ -375,7 +364,9 @@ async fn redispatch(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     principal.require(Scope::RunsWrite)?;
     visible_run(&state, &principal, &id).await?;
-    match outbox::redispatch(&state.db, &id, now_millis())
+    match state
+        .store
+        .redispatch(&id, now_millis())
         .await
         .map_err(run_error)?
     {

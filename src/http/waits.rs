@@ -11,7 +11,6 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchyard_core::{Channel, Event, Outcome};
@@ -110,7 +109,7 @@ async fn open_wait(
     super::runs::visible_run(&state, &principal, &id).await?;
     let Json(body) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let request = body.check()?;
-    let opened = open::open(&state.db, &id, &request, now_millis())
+    let opened = open::open(&state.store, &id, &request, now_millis())
         .await
         .map_err(open_error)?;
     tracing::info!(run_id = %id, wait_id = %opened.wait.wait_id, deadline = %millis_to_rfc3339(opened.wait.deadline), "run opened a wait");
@@ -160,18 +159,6 @@ pub(crate) fn wait_view(w: &wait::Model) -> Value {
     })
 }
 
-/// A run's waits, oldest first.
-pub(crate) async fn of_run<C: sea_orm::ConnectionTrait>(
-    db: &C,
-    run_id: &str,
-) -> Result<Vec<wait::Model>, sea_orm::DbErr> {
-    wait::Entity::find()
-        .filter(wait::Column::RunId.eq(run_id))
-        .order_by_asc(wait::Column::Id)
-        .all(db)
-        .await
-}
-
 /// A run's waits, oldest first (never their tokens).
 async fn list_waits(
     State(state): State<AppState>,
@@ -180,7 +167,7 @@ async fn list_waits(
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::Read)?;
     super::runs::visible_run(&state, &principal, &id).await?;
-    let waits = of_run(&state.db, &id).await?;
+    let waits = state.store.waits_of_run(&id).await?;
     Ok(Json(
         json!({ "waits": waits.iter().map(wait_view).collect::<Vec<_>>() }),
     ))
@@ -338,10 +325,10 @@ pub(crate) async fn submit_resume(
 ) -> Response {
     let live = state.live.current();
     let timeout = live.settings.loaded.config.server.intake_timeout;
-    let db = state.db.clone();
+    let store = state.store.clone();
     let wake = state.wake.clone();
     let task = tokio::spawn(async move {
-        let decided = resume::resume(&db, &live, &delivery, &claim, now_millis()).await;
+        let decided = resume::resume(&store, &live, &delivery, &claim, now_millis()).await;
         if let Ok(resolved) = &decided {
             if resolved.resumed {
                 match resolved.answer.workflow_id.as_deref() {

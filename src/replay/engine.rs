@@ -1,6 +1,6 @@
 //! Deciding stored deliveries again, in memory: the adapter's normalisation
 //! ([`super::normalize`]), the trigger index of the revision replayed under, duplicate claims,
-//! and the entity locks recorded at the time ([`super::holders`]). Reads only.
+//! and the entity locks recorded at the time (the store's `Holders`). Reads only.
 //!
 //! Invariant: under the revision that decided a delivery, with the source settings it was
 //! received under, this decides it as the intake writer did (the e2e tests replay a mixed day
@@ -11,17 +11,16 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 use switchyard_core::{Outcome, Workflow};
 use switchyard_router::{Choice, TriggerIndex};
+use switchyard_store::entities::intake;
+use switchyard_store::replays::Holders;
+use switchyard_store::{DbErr, Store};
 
-use super::holders::Holders;
 use super::normalize::{Renormalized, renormalize};
 use crate::authority::Authority;
 use crate::config::{LoadedConfig, SourceConfig};
 use crate::intake::DeliveryBody;
-use crate::store::entities::{intake, raw_delivery};
-use crate::store::{ledger, revisions};
 
 /// What a replay routes with: one revision's trigger index and the source settings its
 /// adapters normalise with.
@@ -108,9 +107,9 @@ impl Under {
     }
 
     /// The routing of `row`, and a note when it is not the one asked for.
-    async fn routing_for<C: ConnectionTrait>(
+    async fn routing_for(
         &mut self,
-        db: &C,
+        store: &Store,
         row: &intake::Model,
     ) -> Result<(Arc<Routing>, Option<String>), DbErr> {
         match self {
@@ -123,7 +122,7 @@ impl Under {
             } => {
                 let hash = &row.config_revision;
                 if !revisions.contains_key(hash) {
-                    let stored = revisions::by_hash(db, hash).await?.map(|stored| {
+                    let stored = store.revision_by_hash(hash).await?.map(|stored| {
                         let mut routing = Routing::new(
                             format!("original {hash}"),
                             hash,
@@ -179,25 +178,16 @@ pub struct Memory {
 }
 
 /// Decides `rows` (oldest first) again under `under`.
-pub async fn decide<C: ConnectionTrait>(
-    db: &C,
+pub async fn decide(
+    store: &Store,
     under: &mut Under,
     memory: &mut Memory,
     rows: Vec<intake::Model>,
 ) -> Result<Vec<Replayed>, DbErr> {
     // A row's own bytes are stored under its own id. Its `raw_ref` is never followed: on an
     // old row a sender may have chosen it, naming bytes that are not the row's own.
-    let mut raws: HashMap<String, raw_delivery::Model> = HashMap::new();
     let wanted: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
-    for chunk in wanted.chunks(200) {
-        for raw in raw_delivery::Entity::find()
-            .filter(raw_delivery::Column::Id.is_in(chunk.iter().copied()))
-            .all(db)
-            .await?
-        {
-            raws.insert(raw.id.clone(), raw);
-        }
-    }
+    let raws = store.raw_deliveries(&wanted).await?;
     // A resume (an answer to a run's wait) was decided against waits, which a replay does not
     // rebuild: it is reported as recorded and never re-admitted.
     let (resumes, rows): (Vec<intake::Model>, Vec<intake::Model>) =
@@ -217,7 +207,7 @@ pub async fn decide<C: ConnectionTrait>(
         if n % 8 == 7 {
             tokio::task::yield_now().await;
         }
-        let (routing, note) = under.routing_for(db, &row).await?;
+        let (routing, note) = under.routing_for(store, &row).await?;
         let raw = raws.get(&row.id);
         let mut normalized = renormalize(&row, raw, &routing.sources);
         // The same bounds intake applies (over-long ids digested, unstorable values invalid).
@@ -253,7 +243,7 @@ pub async fn decide<C: ConnectionTrait>(
         });
     memory
         .holders
-        .load(db, lock_keys.collect::<Vec<_>>())
+        .load(store, lock_keys.collect::<Vec<_>>())
         .await?;
     let message_keys: Vec<(&str, &str)> = staged
         .iter()
@@ -262,7 +252,7 @@ pub async fn decide<C: ConnectionTrait>(
     let ledger_claims = if message_keys.is_empty() {
         HashMap::new()
     } else {
-        ledger::claimed_messages(db, &message_keys).await?
+        store.message_claims(&message_keys).await?
     };
 
     let mut replayed = Vec::with_capacity(staged.len() + resumes.len());

@@ -5,52 +5,24 @@
 //! dispatch). A live replay re-admits the deliveries through the normal intake under new
 //! delivery ids `replay:<replay id>:<original delivery id>`.
 //!
-//! `engine` decides in memory (`normalize` re-runs the adapters, `holders` rebuilds past lock
-//! state); `runner` drives a replay in the background in bounded batches that yield to live
-//! intake; `store` keeps replays and their results; `report` summarises how outcomes move
-//! (`switchyard check --candidate --against-ledger`).
+//! `engine` decides in memory (`normalize` re-runs the adapters, the store's `Holders` rebuild
+//! past lock state); `runner` drives a replay in the background in bounded batches that yield
+//! to live intake; the store keeps replays and their results (`switchyard_store::replays`);
+//! `report` summarises how outcomes move (`switchyard check --candidate --against-ledger`).
 //!
 //! Invariant: a diagnostic replay writes only `replays` and `replay_results`.
 
 pub mod engine;
-mod holders;
 mod normalize;
 pub mod report;
 pub mod runner;
-pub mod store;
 
 use serde::{Deserialize, Serialize};
 
 pub use engine::{Routing, Under};
 pub use runner::{Replayer, Request};
-
 /// Which stored deliveries a replay takes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Filters {
-    /// Received at or after (epoch ms).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since: Option<i64>,
-    /// Received before (epoch ms).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
-    /// The original outcome.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
-    /// The target entity id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub entity: Option<String>,
-    /// One delivery id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivery: Option<String>,
-    /// The tenants the actor may see (`None`: every tenant); set from the caller's token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenants: Option<Vec<String>>,
-}
+pub use switchyard_store::replays::Filters;
 
 /// `diagnostic` (a report, nothing live) or `live` (re-admitted for real).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +38,12 @@ impl Mode {
             Mode::Diagnostic => "diagnostic",
             Mode::Live => "live",
         }
+    }
+
+    /// Whether it reads only original deliveries: a live replay never re-admits another
+    /// replay's re-admissions.
+    pub fn originals_only(self) -> bool {
+        self == Mode::Live
     }
 }
 

@@ -11,15 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sea_orm::{DatabaseConnection, DbErr};
-use switchyard_store::now_millis;
+use switchyard_store::entities::{replay, replay_result};
+use switchyard_store::{DbErr, Store, now_millis};
 use uuid::Uuid;
 
 use super::engine::{self, Memory, Replayed, Routing, Under};
-use super::{Filters, Mode, RevisionChoice, replay_delivery_id, store};
+use super::{Filters, Mode, RevisionChoice, replay_delivery_id};
 use crate::config::LoadedConfig;
 use crate::intake::{Delivery, Intake, ReplayLink};
-use crate::store::entities::{replay, replay_result};
 
 /// Ledger rows per diagnostic batch: small, so one batch's decisions and its one write
 /// transaction never hold a runtime thread or the write lock long.
@@ -61,7 +60,7 @@ pub struct Progress {
 /// Starts, tracks and cancels replays on one database.
 #[derive(Debug, Clone)]
 pub struct Replayer {
-    db: DatabaseConnection,
+    store: Store,
     /// The intake live replays re-admit through (`None`: diagnostic only).
     intake: Option<Intake>,
     /// The cancel flag of each replay running in this process.
@@ -78,9 +77,9 @@ pub struct Prepared {
 }
 
 impl Replayer {
-    pub fn new(db: DatabaseConnection, intake: Option<Intake>) -> Self {
+    pub fn new(store: Store, intake: Option<Intake>) -> Self {
         Self {
-            db,
+            store,
             intake,
             running: Arc::default(),
         }
@@ -129,7 +128,10 @@ impl Replayer {
         }
         let under = under(request.revision, current, candidate.as_ref());
         let id = Uuid::now_v7().to_string();
-        let total = store::count(&self.db, &request.filters, &id, request.mode).await?;
+        let total = self
+            .store
+            .replay_count(&request.filters, &id, request.mode.originals_only())
+            .await?;
         let now = now_millis();
         let row = replay::Model {
             id,
@@ -149,7 +151,7 @@ impl Replayer {
             started_at: Some(now),
             finished_at: None,
         };
-        store::create(&self.db, row.clone()).await?;
+        self.store.create_replay(row.clone()).await?;
         Ok(Prepared {
             row,
             under,
@@ -166,7 +168,7 @@ impl Replayer {
         id: &str,
         current: &LoadedConfig,
     ) -> Result<Prepared, StartError> {
-        let Some(row) = store::get(&self.db, id).await? else {
+        let Some(row) = self.store.replay(id).await? else {
             return Err(StartError::Invalid(format!("no replay `{id}`")));
         };
         if row.status == "running" && self.is_running(id) {
@@ -190,9 +192,14 @@ impl Replayer {
                 "live replays need the daemon's intake".into(),
             ));
         }
-        let total = store::count(&self.db, &filters, id, mode).await?;
-        store::start(&self.db, id, total as i64, now_millis()).await?;
-        let row = store::get(&self.db, id).await?.unwrap_or(row);
+        let total = self
+            .store
+            .replay_count(&filters, id, mode.originals_only())
+            .await?;
+        self.store
+            .start_replay(id, total as i64, now_millis())
+            .await?;
+        let row = self.store.replay(id).await?.unwrap_or(row);
         Ok(Prepared {
             under: under(revision, current, candidate.as_ref()),
             row,
@@ -229,9 +236,12 @@ impl Replayer {
                 ("failed", Some(error.to_string()))
             }
         };
-        store::finish(&self.db, &id, status, error, now_millis()).await?;
+        self.store
+            .finish_replay(&id, status, error, now_millis())
+            .await?;
         tracing::info!(replay_id = %id, status, "replay ended");
-        store::get(&self.db, &id)
+        self.store
+            .replay(&id)
             .await?
             .ok_or_else(|| DbErr::RecordNotFound(format!("replay {id}")))
     }
@@ -284,12 +294,20 @@ impl Replayer {
                 return Ok(());
             }
             let started = Instant::now();
-            let rows =
-                store::page(&self.db, &filters, &row.id, mode, after.as_deref(), batch).await?;
+            let rows = self
+                .store
+                .replay_page(
+                    &filters,
+                    &row.id,
+                    mode.originals_only(),
+                    after.as_deref(),
+                    batch,
+                )
+                .await?;
             let Some(last) = rows.last().map(|r| r.id.clone()) else {
                 return Ok(());
             };
-            let replayed = engine::decide(&self.db, &mut under, &mut memory, rows).await?;
+            let replayed = engine::decide(&self.store, &mut under, &mut memory, rows).await?;
             let results = match mode {
                 Mode::Diagnostic => replayed
                     .into_iter()
@@ -300,7 +318,9 @@ impl Replayer {
             let results: Vec<replay_result::Model> = results;
             state.done += results.len() as u64;
             state.differ += results.iter().filter(|r| r.differs).count() as u64;
-            store::record_batch(&self.db, &row.id, results, &last).await?;
+            self.store
+                .record_replay_batch(&row.id, results, &last)
+                .await?;
             progress(state);
             after = Some(last);
             self.yield_to_intake(started.elapsed()).await;

@@ -1,19 +1,16 @@
 //! What a `switchyard.run.resume` message carries: how the wait ended (decision, actor) and the
-//! event that resumed it, read from the wait row and the resuming delivery's ledger row.
+//! event that resumed it, from the wait row and the resuming delivery's ledger row.
 
 use std::collections::HashMap;
 
-use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 use switchyard_dispatch::{Proposal, ResumeInfo};
-use switchyard_store::entities::wait;
 use switchyard_store::outbox::ClaimedRun;
-
-use crate::store::entities::intake;
+use switchyard_store::{DbErr, Store};
 
 /// The resume of each claimed dispatch that carries one, by dispatch id (one query for the
 /// waits and one for the resuming events; none when the batch holds only starts).
-pub async fn resumes_of<C: ConnectionTrait>(
-    db: &C,
+pub async fn resumes_of(
+    store: &Store,
     claimed: &[&ClaimedRun],
 ) -> Result<HashMap<String, ResumeInfo>, DbErr> {
     let ids: Vec<String> = claimed
@@ -21,31 +18,13 @@ pub async fn resumes_of<C: ConnectionTrait>(
         .filter(|c| c.dispatch.wait_id.is_some())
         .map(|c| c.dispatch.id.clone())
         .collect();
-    if ids.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let waits = wait::Entity::find()
-        .filter(wait::Column::DispatchId.is_in(ids))
-        .all(db)
-        .await?;
-    let intake_ids: Vec<String> = waits.iter().filter_map(|w| w.resumed_by.clone()).collect();
-    let mut events: HashMap<String, switchyard_core::Event> = if intake_ids.is_empty() {
-        HashMap::new()
-    } else {
-        intake::Entity::find()
-            .filter(intake::Column::Id.is_in(intake_ids))
-            .all(db)
-            .await?
-            .into_iter()
-            .filter_map(|row| Some((row.id.clone(), crate::dispatcher::message::event_of(row)?)))
-            .collect()
-    };
-    Ok(waits
+    Ok(store
+        .resumes_of(ids)
+        .await?
         .into_iter()
-        .filter_map(|w| {
-            let dispatch_id = w.dispatch_id.clone()?;
-            let event = w.resumed_by.as_ref().and_then(|id| events.remove(id));
-            Some((
+        .map(|(dispatch_id, (w, row))| {
+            let event = row.and_then(crate::dispatcher::message::event_of);
+            (
                 dispatch_id,
                 ResumeInfo {
                     wait_id: w.wait_id,
@@ -59,7 +38,7 @@ pub async fn resumes_of<C: ConnectionTrait>(
                     event,
                     intake_id: w.resumed_by,
                 },
-            ))
+            )
         })
         .collect())
 }

@@ -9,21 +9,19 @@
 //! where the channel does not attest it (`ResumeClaim::caller`), and among the workflow's
 //! `approvers` (`unauthorized_source`); the run's principal must still be allowed to
 //! act (`authority_unavailable`, detail `authority_revoked: ...`); only then `resumed`. Only `resumed` changes
-//! anything beyond the ledger row, and it ends the wait with a conditional update.
+//! anything beyond the ledger row, and it ends the wait with a conditional update. The store
+//! reads the wait and its run under row locks and writes what [`judge`] decided, in one
+//! transaction (`Store::resume_wait`).
 
-use sea_orm::{
-    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, SqlErr,
-};
 use serde_json::Value;
 use switchyard_core::{Event, Outcome};
-use switchyard_store::Millis;
-use switchyard_store::entities::run;
 use switchyard_store::entities::wait::{self, WaitStatus};
-use switchyard_store::runs::begin_write;
+use switchyard_store::entities::{intake, raw_delivery, run};
+use switchyard_store::waits::{Resolution, Resume, ResumeKey, ResumeWrite};
+use switchyard_store::{DbErr, Millis, Store};
 
 use crate::intake::{Answer, Delivery, DeliveryBody};
 use crate::live::Live;
-use crate::store::entities::{intake, raw_delivery};
 
 /// What a resume delivery claims: the token, the digest of the proposal it approves, the
 /// decision and who made it.
@@ -112,48 +110,10 @@ pub struct Resolved {
     pub resumed: bool,
 }
 
-/// How often a transaction that lost a race (a unique key, a deadlock) is decided again.
-const RETRIES: usize = 5;
-
 /// Decides and records one resume delivery. `delivery.body` is the event that carried it
 /// (`Route`); an empty `target_entity_id` is filled with the waiting run's entity.
 pub async fn resume(
-    db: &DatabaseConnection,
-    live: &Live,
-    delivery: &Delivery,
-    claim: &ResumeClaim,
-    now: Millis,
-) -> Result<Resolved, DbErr> {
-    let mut last = None;
-    for _ in 0..RETRIES {
-        match attempt(db, live, delivery, claim, now).await {
-            Ok(resolved) => return Ok(resolved),
-            Err(error) if lost_race(&error) => last = Some(error),
-            Err(error) => return Err(error),
-        }
-    }
-    Err(last.unwrap_or_else(|| DbErr::Custom("resume retries exhausted".into())))
-}
-
-/// A unique violation (a concurrent copy of the same delivery, or of the resume row) or a
-/// deadlock/serialisation failure: deciding again sees the winner.
-fn lost_race(error: &DbErr) -> bool {
-    if matches!(error.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) {
-        return true;
-    }
-    let text = error.to_string();
-    text.contains("deadlock") || text.contains("Deadlock") || text.contains("40001")
-}
-
-/// The verdict on a resume, before anything is written.
-struct Verdict {
-    outcome: Outcome,
-    detail: String,
-    first_outcome: Option<Outcome>,
-}
-
-async fn attempt(
-    db: &DatabaseConnection,
+    store: &Store,
     live: &Live,
     delivery: &Delivery,
     claim: &ResumeClaim,
@@ -162,99 +122,72 @@ async fn attempt(
     let DeliveryBody::Route(event) = &delivery.body else {
         return Err(DbErr::Custom("a resume delivery carries its event".into()));
     };
-    let txn = begin_write(db).await?;
-    if let Some(first) = intake::Entity::find()
-        .filter(intake::Column::DeliveryId.eq(delivery.delivery_id.as_str()))
-        .filter(intake::Column::Source.eq(delivery.source.as_str()))
-        .filter(intake::Column::Scope.eq(delivery.scope.as_str()))
-        .one(&txn)
-        .await?
-    {
-        txn.rollback().await?;
-        return Ok(Resolved {
+    let token_hash = super::token_hash(&claim.token);
+    let key = ResumeKey {
+        source: &delivery.source,
+        scope: &delivery.scope,
+        delivery_id: &delivery.delivery_id,
+        token_hash: &token_hash,
+        tenant_id: &event.tenant_id,
+    };
+    let intake_id = delivery.intake_id.to_string();
+    let resolution = store
+        .resume_wait(&key, now, |wait, run| {
+            let verdict = judge(live, wait, run, claim, now);
+            let resume = match (verdict.outcome, wait, run) {
+                (Outcome::Resumed, Some(wait), Some(run)) => Some(Resume {
+                    decision: claim.decision.clone(),
+                    actor: claim.actor.clone(),
+                    target: live.target_of(&run.workflow_id).to_owned(),
+                    history_detail: format!(
+                        "wait {} resumed by delivery {intake_id}: decision {}{}",
+                        wait.wait_id,
+                        claim.decision,
+                        claim
+                            .actor
+                            .as_ref()
+                            .map(|a| format!(" by {a}"))
+                            .unwrap_or_default()
+                    ),
+                }),
+                _ => None,
+            };
+            let write = ResumeWrite {
+                resume,
+                row: ledger_row(delivery, event, &verdict, run, live, now),
+                raw: delivery.raw.as_ref().map(|raw| raw_delivery::Model {
+                    id: intake_id.clone(),
+                    source: delivery.source.clone(),
+                    content_type: raw.content_type.clone(),
+                    body: raw.bytes.to_vec(),
+                    received_at: delivery.received_at,
+                }),
+            };
+            (write, verdict.first_outcome)
+        })
+        .await?;
+    Ok(match resolution {
+        Resolution::Duplicate(first) => Resolved {
             answer: crate::intake::duplicate_of_row(&first),
             resumed: false,
-        });
-    }
-    let found = wait::Entity::find()
-        .filter(wait::Column::TokenHash.eq(super::token_hash(&claim.token)))
-        .filter(wait::Column::TenantId.eq(event.tenant_id.as_str()))
-        .lock_exclusive()
-        .one(&txn)
-        .await?;
-    let run = match &found {
-        Some(wait) => {
-            run::Entity::find_by_id(wait.run_id.as_str())
-                .lock_exclusive()
-                .one(&txn)
-                .await?
+        },
+        Resolution::Decided {
+            row,
+            resumed,
+            with: first_outcome,
+        } => {
+            let mut answer = crate::intake::answer_of_row(&row);
+            answer.first_outcome = first_outcome;
+            Resolved { answer, resumed }
         }
-        None => None,
-    };
-    let verdict = judge(live, found.as_ref(), run.as_ref(), claim, now);
-    let intake_id = delivery.intake_id.to_string();
-    let mut resumed = false;
-    if verdict.outcome == Outcome::Resumed
-        && let (Some(wait), Some(run)) = (&found, &run)
-    {
-        let dispatch_id = super::resume_dispatch_id(&run.id, &wait.wait_id);
-        let ended = wait::Entity::update_many()
-            .col_expr(wait::Column::Status, WaitStatus::Resumed.as_str().into())
-            .col_expr(wait::Column::Decision, claim.decision.clone().into())
-            .col_expr(wait::Column::Actor, claim.actor.clone().into())
-            .col_expr(wait::Column::ResumedBy, intake_id.clone().into())
-            .col_expr(wait::Column::DispatchId, dispatch_id.into())
-            .col_expr(wait::Column::EndedAt, now.into())
-            .filter(wait::Column::Id.eq(wait.id.as_str()))
-            .filter(wait::Column::Status.eq(WaitStatus::Open))
-            .exec(&txn)
-            .await?;
-        if ended.rows_affected != 1 {
-            // Another delivery or the timer ended it between our read and our write (only
-            // possible without row locks): decide again and see how.
-            txn.rollback().await?;
-            return Err(DbErr::Custom("deadlock: the wait ended meanwhile".into()));
-        }
-        let detail = format!(
-            "wait {} resumed by delivery {intake_id}: decision {}{}",
-            wait.wait_id,
-            claim.decision,
-            claim
-                .actor
-                .as_ref()
-                .map(|a| format!(" by {a}"))
-                .unwrap_or_default()
-        );
-        super::resume_run(
-            &txn,
-            run,
-            wait,
-            live.target_of(&run.workflow_id),
-            detail,
-            now,
-        )
-        .await?;
-        resumed = true;
-    }
-    let row = ledger_row(delivery, event, &verdict, run.as_ref(), live, now);
-    if let Some(raw) = &delivery.raw {
-        raw_delivery::Entity::insert(raw_delivery::ActiveModel::from(raw_delivery::Model {
-            id: intake_id.clone(),
-            source: delivery.source.clone(),
-            content_type: raw.content_type.clone(),
-            body: raw.bytes.to_vec(),
-            received_at: delivery.received_at,
-        }))
-        .exec_without_returning(&txn)
-        .await?;
-    }
-    intake::Entity::insert(intake::ActiveModel::from(row.clone()))
-        .exec_without_returning(&txn)
-        .await?;
-    txn.commit().await?;
-    let mut answer = crate::intake::answer_of_row(&row);
-    answer.first_outcome = verdict.first_outcome;
-    Ok(Resolved { answer, resumed })
+    })
+}
+
+/// The verdict on a resume, before anything is written.
+struct Verdict {
+    outcome: Outcome,
+    detail: String,
+    first_outcome: Option<Outcome>,
 }
 
 fn judge(

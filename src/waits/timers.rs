@@ -1,18 +1,13 @@
-//! Wait timeouts: a background task in every daemon fires the waits whose deadline has passed.
-//! The wait row is the timer (`waits (status, deadline)`); firing is a conditional update from
-//! `open` in the transaction that applies `on_timeout`, so a wait fires once across replicas, and
-//! a deadline that passed while no daemon ran fires at the first pass after start.
+//! Wait timeouts: a background task in every daemon has the store fire the waits whose deadline
+//! has passed (`Store::fire_wait`). The wait row is the timer; firing is a conditional update
+//! from `open` in the transaction that applies `on_timeout`, so a wait fires once across
+//! replicas, and a deadline that passed while no daemon ran fires at the first pass after start.
 
 use std::time::Duration;
 
-use sea_orm::{
-    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
-};
-use switchyard_store::entities::dispatch::{self, DispatchStatus};
-use switchyard_store::entities::run::{self, RunStatus};
-use switchyard_store::entities::wait::{self, WaitStatus};
-use switchyard_store::runs::begin_write;
-use switchyard_store::{Millis, millis_rfc3339, now_millis};
+use switchyard_store::entities::run::RunStatus;
+use switchyard_store::waits::WaitEnd;
+use switchyard_store::{DbErr, Millis, Store, now_millis};
 use tokio::sync::watch;
 
 use crate::background::Background;
@@ -29,9 +24,9 @@ const BATCH: u64 = 100;
 pub struct WaitTimers(Background);
 
 impl WaitTimers {
-    pub fn start(db: DatabaseConnection, live: LiveConfig, wake: std::sync::Arc<Wake>) -> Self {
+    pub fn start(store: Store, live: LiveConfig, wake: std::sync::Arc<Wake>) -> Self {
         Self(Background::spawn(move |stopped| {
-            run(db, live, wake, stopped)
+            run(store, live, wake, stopped)
         }))
     }
 
@@ -43,13 +38,13 @@ impl WaitTimers {
 }
 
 async fn run(
-    db: DatabaseConnection,
+    store: Store,
     live: LiveConfig,
     wake: std::sync::Arc<Wake>,
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
-        match fire_due(&db, &live, now_millis()).await {
+        match fire_due(&store, &live, now_millis()).await {
             Ok(fired) if fired.resumed > 0 => wake.runs_created(),
             Ok(_) => {}
             Err(error) => {
@@ -75,138 +70,25 @@ pub struct Fired {
 }
 
 /// Fires every wait due at `now` (up to one batch).
-pub async fn fire_due(
-    db: &DatabaseConnection,
-    live: &LiveConfig,
-    now: Millis,
-) -> Result<Fired, DbErr> {
-    let due = wait::Entity::find()
-        .filter(wait::Column::Status.eq(WaitStatus::Open))
-        .filter(wait::Column::Deadline.lte(now))
-        .order_by_asc(wait::Column::Deadline)
-        .limit(BATCH)
-        .all(db)
-        .await?;
+pub async fn fire_due(store: &Store, live: &LiveConfig, now: Millis) -> Result<Fired, DbErr> {
     let mut fired = Fired::default();
-    for wait in due {
-        fire(db, live, &wait, now, &mut fired).await?;
+    for wait in store.due_waits(now, BATCH).await? {
+        // The wait's workflow is its run's: a timeout resume goes to that workflow's target in
+        // the revision in force.
+        let target = live.current().target_of(&wait.workflow_id).to_owned();
+        match store.fire_wait(&wait, &target, now).await? {
+            None => {}
+            Some(WaitEnd::Cancelled) => fired.cancelled += 1,
+            Some(WaitEnd::Resumed) => {
+                fired.resumed += 1;
+                tracing::info!(run_id = %wait.run_id, wait_id = %wait.wait_id, "wait timed out; run resumed with decision timeout");
+            }
+            Some(WaitEnd::Failed) => {
+                fired.failed += 1;
+                crate::metrics::metrics().run_finished(RunStatus::Failed.as_str());
+                tracing::info!(run_id = %wait.run_id, wait_id = %wait.wait_id, "wait timed out; run failed and released its entity");
+            }
+        }
     }
     Ok(fired)
-}
-
-async fn fire(
-    db: &DatabaseConnection,
-    live: &LiveConfig,
-    wait: &wait::Model,
-    now: Millis,
-    fired: &mut Fired,
-) -> Result<(), DbErr> {
-    let txn = begin_write(db).await?;
-    let run = run::Entity::find_by_id(wait.run_id.as_str())
-        .lock_exclusive()
-        .one(&txn)
-        .await?;
-    let active = run.as_ref().is_some_and(|r| r.status.is_active());
-    let to = match (active, wait.on_timeout.as_str()) {
-        (false, _) => WaitStatus::Cancelled,
-        (true, "resume") => WaitStatus::TimedOut,
-        (true, _) => WaitStatus::Expired,
-    };
-    let mut update = wait::Entity::update_many()
-        .col_expr(wait::Column::Status, to.as_str().into())
-        .col_expr(wait::Column::EndedAt, now.into());
-    if to == WaitStatus::TimedOut {
-        update = update
-            .col_expr(wait::Column::Decision, "timeout".into())
-            .col_expr(
-                wait::Column::DispatchId,
-                super::resume_dispatch_id(&wait.run_id, &wait.wait_id).into(),
-            );
-    }
-    // The conditional update is what makes the timer fire once: on another replica (or after a
-    // resume won the race) it changes nothing and this pass leaves the wait alone.
-    let ended = update
-        .filter(wait::Column::Id.eq(wait.id.as_str()))
-        .filter(wait::Column::Status.eq(WaitStatus::Open))
-        .exec(&txn)
-        .await?;
-    if ended.rows_affected != 1 {
-        txn.rollback().await?;
-        return Ok(());
-    }
-    let Some(run) = run.filter(|_| active) else {
-        txn.commit().await?;
-        fired.cancelled += 1;
-        return Ok(());
-    };
-    let deadline = millis_rfc3339(wait.deadline);
-    if to == WaitStatus::TimedOut {
-        let target = live.current().target_of(&run.workflow_id).to_owned();
-        let detail = format!(
-            "wait {} timed out at {deadline}: resumed with decision timeout",
-            wait.wait_id
-        );
-        super::resume_run(&txn, &run, wait, &target, detail, now).await?;
-        txn.commit().await?;
-        fired.resumed += 1;
-        tracing::info!(run_id = %run.id, wait_id = %wait.wait_id, "wait timed out; run resumed with decision timeout");
-        return Ok(());
-    }
-    fail_run(&txn, &run, wait, &deadline, now).await?;
-    txn.commit().await?;
-    fired.failed += 1;
-    crate::metrics::metrics().run_finished(RunStatus::Failed.as_str());
-    tracing::info!(run_id = %run.id, wait_id = %wait.wait_id, "wait timed out; run failed and released its entity");
-    Ok(())
-}
-
-/// Ends `run` as `failed` (cause `wait_expired`): its lease is released, its pending dispatches
-/// cancelled, its other open waits cancelled.
-async fn fail_run(
-    txn: &sea_orm::DatabaseTransaction,
-    run: &run::Model,
-    wait: &wait::Model,
-    deadline: &str,
-    now: Millis,
-) -> Result<(), DbErr> {
-    run::Entity::update_many()
-        .col_expr(run::Column::Status, RunStatus::Failed.as_str().into())
-        .col_expr(run::Column::UpdatedAt, now.into())
-        .col_expr(run::Column::FinishedAt, now.into())
-        .filter(run::Column::Id.eq(run.id.as_str()))
-        .exec(txn)
-        .await?;
-    switchyard_store::runs::release_lease(txn, run, now).await?;
-    dispatch::Entity::update_many()
-        .col_expr(
-            dispatch::Column::Status,
-            DispatchStatus::Cancelled.as_str().into(),
-        )
-        .col_expr(dispatch::Column::Reason, "wait_expired".into())
-        .col_expr(dispatch::Column::ClaimToken, Option::<String>::None.into())
-        .col_expr(dispatch::Column::ClaimedBy, Option::<String>::None.into())
-        .col_expr(dispatch::Column::UpdatedAt, now.into())
-        .filter(dispatch::Column::RunId.eq(run.id.as_str()))
-        .filter(dispatch::Column::Status.eq(DispatchStatus::Pending))
-        .exec(txn)
-        .await?;
-    wait::Entity::update_many()
-        .col_expr(wait::Column::Status, WaitStatus::Cancelled.as_str().into())
-        .col_expr(wait::Column::EndedAt, now.into())
-        .filter(wait::Column::RunId.eq(run.id.as_str()))
-        .filter(wait::Column::Status.eq(WaitStatus::Open))
-        .exec(txn)
-        .await?;
-    switchyard_store::outbox::history(
-        txn,
-        &run.id,
-        RunStatus::Failed,
-        "wait_expired",
-        Some(format!(
-            "wait {} expired at {deadline} without a resume (on_timeout fail)",
-            wait.wait_id
-        )),
-        now,
-    )
-    .await
 }

@@ -15,10 +15,10 @@ use sea_orm::{
     QuerySelect, Select,
 };
 
-use crate::Millis;
 use crate::entities::dispatch::{self, DispatchStatus};
 use crate::entities::run::{self, RunStatus};
 use crate::runs::{RunError, begin_write, release_lease};
+use crate::{Millis, Store};
 
 /// Usage a worker reports: amounts by budget key, added to the run's running totals.
 pub type Usage = BTreeMap<String, f64>;
@@ -248,4 +248,27 @@ pub async fn expire_deadlines(
     }
     txn.commit().await?;
     Ok(ended)
+}
+
+impl Store {
+    /// Ends the run `run_id` as `status` for `reason` if it is still active (its lease
+    /// released, its pending dispatch closed, one history entry), in a transaction of its own;
+    /// whether this call ended it (a run ends once, however many callers race).
+    pub async fn end_run(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        reason: &str,
+        detail: Option<String>,
+        now: Millis,
+    ) -> Result<bool, RunError> {
+        end(self.db(), run_id, status, reason, detail, now).await
+    }
+
+    /// One pass of the deadline timer: ends up to `limit` active runs whose deadline is at or
+    /// before `now` as `failed` (`deadline_exceeded`); each fires once across replicas.
+    /// Returns the ended run ids.
+    pub async fn expire_deadlines(&self, now: Millis, limit: u64) -> Result<Vec<String>, DbErr> {
+        expire_deadlines(self.db(), now, limit).await
+    }
 }

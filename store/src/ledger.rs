@@ -1,4 +1,8 @@
-//! Reads of the intake ledger and raw deliveries, and the writer's duplicate lookup.
+//! Reads of the intake ledger and raw deliveries (pages newest first with tenant filters, one
+//! row, raw bytes byte for byte, the console's counts), and the writer's duplicate lookup.
+//!
+//! Invariant: a tenant-limited caller never reads another tenant's row: every read that a
+//! caller pages through takes its tenant filter (`None`: every tenant; empty: none).
 
 use std::collections::HashMap;
 
@@ -7,6 +11,7 @@ use sea_orm::{
 };
 
 use super::entities::{intake, raw_delivery};
+use crate::{Millis, Store};
 
 /// Which ledger rows a listing shows.
 #[derive(Debug, Default, Clone, Copy)]
@@ -213,4 +218,110 @@ pub async fn run_status_counts<C: ConnectionTrait>(
         query = query.filter(run::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
     }
     query.into_tuple::<(String, String, i64)>().all(db).await
+}
+
+impl Store {
+    /// Ledger rows newest first, as `filter` says (at most `limit`).
+    pub async fn ledger_page(
+        &self,
+        filter: Filter<'_>,
+        limit: u64,
+    ) -> Result<Vec<intake::Model>, DbErr> {
+        list(self.db(), filter, limit).await
+    }
+
+    /// One ledger row, if its tenant is one of `tenants` (`None`: every row).
+    pub async fn ledger_row(
+        &self,
+        id: &str,
+        tenants: Option<&[String]>,
+    ) -> Result<Option<intake::Model>, DbErr> {
+        get(self.db(), id, tenants).await
+    }
+
+    /// The original bytes of the delivery `id` (its ledger row's id), as received.
+    pub async fn raw_delivery(&self, id: &str) -> Result<Option<raw_delivery::Model>, DbErr> {
+        raw(self.db(), id).await
+    }
+
+    /// The original bytes of each of `ids` that are stored, by id.
+    pub async fn raw_deliveries(
+        &self,
+        ids: &[&str],
+    ) -> Result<HashMap<String, raw_delivery::Model>, DbErr> {
+        let mut raws = HashMap::new();
+        for chunk in ids.chunks(200) {
+            for raw in raw_delivery::Entity::find()
+                .filter(raw_delivery::Column::Id.is_in(chunk.iter().copied()))
+                .all(self.db())
+                .await?
+            {
+                raws.insert(raw.id.clone(), raw);
+            }
+        }
+        Ok(raws)
+    }
+
+    /// Whether the ledger row `id` is kept and names `raw:<id>`: its bytes existed and
+    /// retention deleted them (a `410`, not a `404`).
+    pub async fn raw_was_pruned(&self, id: &str) -> Result<bool, DbErr> {
+        Ok(intake::Entity::find_by_id(id)
+            .filter(intake::Column::RawRef.eq(format!("raw:{id}")))
+            .select_only()
+            .column(intake::Column::Id)
+            .into_tuple::<String>()
+            .one(self.db())
+            .await?
+            .is_some())
+    }
+
+    /// The routed ledger row that claimed each `(source, message_key)`.
+    pub async fn message_claims(
+        &self,
+        keys: &[(&str, &str)],
+    ) -> Result<HashMap<(String, String), intake::Model>, DbErr> {
+        claimed_messages(self.db(), keys).await
+    }
+
+    /// Ledger rows decided at or after `since`, counted per (workflow, outcome), of `tenants`.
+    pub async fn outcome_counts(
+        &self,
+        tenants: Option<&[String]>,
+        since: Millis,
+    ) -> Result<Vec<(Option<String>, String, i64)>, DbErr> {
+        outcome_counts(self.db(), tenants, since).await
+    }
+
+    /// Runs created since `since`, counted per (workflow, status), of `tenants`.
+    pub async fn run_status_counts(
+        &self,
+        tenants: Option<&[String]>,
+        since: Millis,
+    ) -> Result<Vec<(String, String, i64)>, DbErr> {
+        run_status_counts(self.db(), tenants, since).await
+    }
+
+    /// `(intake id, shadow verdicts as stored)` of the ledger rows received at or after
+    /// `since` that carry shadow verdicts, of `tenants`: a primary key range, not a scan.
+    pub async fn shadow_verdicts(
+        &self,
+        tenants: Option<&[String]>,
+        since: Millis,
+    ) -> Result<Vec<(String, Option<String>)>, DbErr> {
+        if tenants.is_some_and(<[String]>::is_empty) {
+            return Ok(Vec::new());
+        }
+        let mut query = intake::Entity::find()
+            .select_only()
+            .column(intake::Column::Id)
+            .column(intake::Column::Shadow)
+            .filter(intake::Column::Id.gte(crate::cutoff_id(since)))
+            .filter(intake::Column::ReceivedAt.gte(since))
+            .filter(intake::Column::Shadow.is_not_null());
+        if let Some(tenants) = tenants {
+            query =
+                query.filter(intake::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
+        }
+        query.into_tuple().all(self.db()).await
+    }
 }

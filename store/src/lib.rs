@@ -8,9 +8,10 @@
 //!   migrating.
 //! - [`intake`]: the intake batch's keys, rows and the order of its transaction; the writers.
 //! - by table: [`ledger`] (intake rows, raw bytes), [`leases`] (entity leases), [`runs`] and
-//!   [`bounded`] (the run lifecycle after routing), [`outbox`], [`ceilings`] and [`by_key`]
-//!   (dispatches, attempts, history), [`mailbox`] (cursors, poller leases), [`revisions`],
-//!   [`workflows`].
+//!   [`bounded`] (the run lifecycle after routing), [`waits`] (durable waits), [`outbox`],
+//!   [`ceilings`] and [`by_key`] (dispatches, attempts, history), [`mailbox`] (cursors, poller
+//!   leases), [`revisions`], [`workflows`], [`replays`] (replays, their results, past lock
+//!   holders), [`retention`] (deleting past retention).
 //! - [`write_turn`]: this process's turns at SQLite's one write lock.
 
 pub mod bounded;
@@ -25,8 +26,11 @@ pub mod leases;
 pub mod ledger;
 pub mod mailbox;
 pub mod outbox;
+pub mod replays;
+pub mod retention;
 pub mod revisions;
 pub mod runs;
+pub mod waits;
 pub mod workflows;
 pub mod write_turn;
 
@@ -37,6 +41,8 @@ mod sqlite;
 pub use connect::{connect, migrate, ping};
 pub use handle::Store;
 pub use leases::ACTIVE;
+/// The error every operation returns.
+pub use sea_orm::DbErr;
 
 /// Milliseconds since the Unix epoch: how every time is stored.
 pub type Millis = i64;

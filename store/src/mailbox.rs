@@ -8,6 +8,7 @@ use sea_orm::{
 };
 
 use super::entities::{mailbox_cursor, poller_lease};
+use crate::Store;
 
 /// The stored cursor of one mailbox.
 pub async fn cursor(
@@ -95,4 +96,39 @@ pub async fn release_lease(
         .exec(db)
         .await
         .map(|_| ())
+}
+
+impl Store {
+    /// The stored cursor of one mailbox (where the last poll stopped).
+    pub async fn mailbox_cursor(
+        &self,
+        source: &str,
+        mailbox: &str,
+    ) -> Result<Option<mailbox_cursor::Model>, DbErr> {
+        cursor(self.db(), source, mailbox).await
+    }
+
+    /// Takes, renews or takes over (when expired or released) the poller lease of `source` for
+    /// `owner` until `now + ttl_ms`; whether `owner` holds it afterwards. One replica holds a
+    /// lease at a time, and a takeover raises its fencing token.
+    pub async fn acquire_poller_lease(
+        &self,
+        source: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<bool, DbErr> {
+        acquire_lease(self.db(), source, owner, now, ttl_ms).await
+    }
+
+    /// Gives the poller lease of `source` up if `owner` holds it, so another replica can take
+    /// over at once.
+    pub async fn release_poller_lease(
+        &self,
+        source: &str,
+        owner: &str,
+        now: i64,
+    ) -> Result<(), DbErr> {
+        release_lease(self.db(), source, owner, now).await
+    }
 }

@@ -12,6 +12,7 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 use switchyard_core::Workflow;
 
+use crate::Store;
 use crate::entities::config_revision;
 
 /// What a revision said, as stored.
@@ -185,4 +186,36 @@ pub async fn by_hash<C: ConnectionTrait>(db: &C, hash: &str) -> Result<Option<Re
         .await?
         .map(Revision::of)
         .transpose()
+}
+
+impl Store {
+    /// Records that the revision `hash` (with `content`) is in force from `now`: one new row
+    /// per change of hash, none when it is already the one in force. Whether a row was written.
+    pub async fn record_revision(
+        &self,
+        hash: &str,
+        content: &RevisionContent,
+        now: i64,
+    ) -> Result<bool, DbErr> {
+        record(self.db(), hash, content, now).await
+    }
+
+    /// Revisions newest first, older than `before` (a revision id), at most `limit`.
+    pub async fn revisions(
+        &self,
+        before: Option<&str>,
+        limit: u64,
+    ) -> Result<Vec<Revision>, DbErr> {
+        list(self.db(), before, limit).await
+    }
+
+    /// One revision by its id, or by its hash (the last time that file came into force).
+    pub async fn revision(&self, id_or_hash: &str) -> Result<Option<Revision>, DbErr> {
+        get(self.db(), id_or_hash).await
+    }
+
+    /// The last revision with this hash: the content a ledger row's `config_revision` names.
+    pub async fn revision_by_hash(&self, hash: &str) -> Result<Option<Revision>, DbErr> {
+        by_hash(self.db(), hash).await
+    }
 }

@@ -5,6 +5,7 @@ use sea_orm::{ActiveValue::Set, DatabaseConnection, DbErr, EntityTrait};
 use switchyard_core::Workflow;
 
 use super::entities::workflow;
+use crate::Store;
 
 /// Upserts every workflow of `revision`. Workflows removed from the file keep their last row
 /// (runs name them), with the revision that last carried them.
@@ -44,4 +45,16 @@ pub async fn sync(
             .await?;
     }
     Ok(())
+}
+
+impl Store {
+    /// Upserts every workflow of `revision` into `workflows` (removed ones keep their last row).
+    pub async fn sync_workflows(
+        &self,
+        revision: &str,
+        workflows: &[Workflow],
+        now: i64,
+    ) -> Result<(), DbErr> {
+        sync(self.db(), revision, workflows, now).await
+    }
 }

@@ -11,8 +11,10 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
-use switchyard_store::entities::{run, run_history};
+use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
+
+use crate::Store;
+use crate::entities::{run, run_history};
 
 /// One run's holds of its entity: `[from, until)` intervals, `until = None` still held.
 #[derive(Debug, Clone)]
@@ -33,9 +35,9 @@ const MAX_CACHED: usize = 50_000;
 
 impl Holders {
     /// Reads the runs (and their history) of every entity in `keys` not read yet.
-    pub async fn load<C: ConnectionTrait>(
+    pub async fn load(
         &mut self,
-        db: &C,
+        store: &Store,
         keys: impl IntoIterator<Item = (String, String)>,
     ) -> Result<(), DbErr> {
         let mut wanted: Vec<(String, String)> = keys
@@ -54,7 +56,7 @@ impl Holders {
             let entities: Vec<&str> = chunk.iter().map(|(_, e)| e.as_str()).collect();
             let runs = run::Entity::find()
                 .filter(run::Column::TargetEntityId.is_in(entities))
-                .all(db)
+                .all(store.db())
                 .await?;
             let runs: Vec<run::Model> = runs
                 .into_iter()
@@ -66,7 +68,7 @@ impl Holders {
                     .filter(run_history::Column::RunId.is_in(ids.iter().map(|r| r.id.as_str())))
                     .order_by_asc(run_history::Column::At)
                     .order_by_asc(run_history::Column::Id)
-                    .all(db)
+                    .all(store.db())
                     .await?
                 {
                     history.entry(entry.run_id.clone()).or_default().push(entry);
@@ -133,7 +135,7 @@ fn holds_of(run: &run::Model, history: &[run_history::Model]) -> Holds {
 
 #[cfg(test)]
 mod tests {
-    use switchyard_store::entities::run::RunStatus;
+    use crate::entities::run::RunStatus;
 
     use super::*;
 

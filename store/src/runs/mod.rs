@@ -1,18 +1,25 @@
-//! The run lifecycle after routing: heartbeat (extend the lease), finish (release it), reads.
-//! Both writes carry the fencing token the run was dispatched with: a stale holder is refused
-//! with [`RunError::LeaseLost`], never silently accepted.
+//! The run lifecycle after routing: heartbeat (extend the lease), finish (release it), and
+//! ([`reads`]) the reads of runs and leases. Both writes carry the fencing token the run was
+//! dispatched with: a stale holder is refused with [`RunError::StaleToken`] (or
+//! [`RunError::LeaseLost`]) and changes nothing, never silently accepted.
+
+mod reads;
+
+pub use reads::{
+    RunFilter, RunRecord, get, held_locks, held_locks_of, list, list_filtered, lock_of,
+};
 
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend,
-    DbErr, EntityTrait, IsolationLevel, QueryFilter, QueryOrder, QuerySelect,
-    SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    DbErr, EntityTrait, IsolationLevel, QueryFilter, QuerySelect, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait,
 };
 
-use crate::Millis;
 use crate::bounded::{Overrun, Report, Usage, account, end_active, past_deadline};
 use crate::entities::dispatch::{self, DispatchStatus};
 use crate::entities::entity_lock;
 use crate::entities::run::{self, RunStatus};
+use crate::{Millis, Store};
 
 /// Why a run operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -408,113 +415,33 @@ async fn close_dispatch<C: ConnectionTrait>(
     Ok(())
 }
 
-/// One run by id.
-pub async fn get<C: ConnectionTrait>(db: &C, run_id: &str) -> Result<Option<run::Model>, DbErr> {
-    run::Entity::find_by_id(run_id).one(db).await
-}
-
-/// Runs newest first, optionally of one tenant and status, older than `before` (a run id:
-/// the next page's cursor).
-pub async fn list<C: ConnectionTrait>(
-    db: &C,
-    tenant_id: Option<&str>,
-    status: Option<RunStatus>,
-    before: Option<&str>,
-    limit: u64,
-) -> Result<Vec<run::Model>, DbErr> {
-    let tenants = tenant_id.map(|t| vec![t.to_owned()]);
-    let filter = RunFilter {
-        tenants: tenants.as_deref(),
-        status,
-        before,
-        ..RunFilter::default()
-    };
-    list_filtered(db, &filter, limit).await
-}
-
-/// Which runs a listing shows.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RunFilter<'a> {
-    /// Only these tenants' runs (`None`: every tenant; empty: none).
-    pub tenants: Option<&'a [String]>,
-    pub status: Option<RunStatus>,
-    pub workflow_id: Option<&'a str>,
-    pub target_entity_id: Option<&'a str>,
-    /// Only runs with a smaller (older) id: the next page's cursor.
-    pub before: Option<&'a str>,
-}
-
-/// Runs newest first, as `filter` says.
-pub async fn list_filtered<C: ConnectionTrait>(
-    db: &C,
-    filter: &RunFilter<'_>,
-    limit: u64,
-) -> Result<Vec<run::Model>, DbErr> {
-    let mut query = run::Entity::find()
-        .order_by_desc(run::Column::Id)
-        .limit(limit);
-    if let Some(before) = filter.before {
-        query = query.filter(run::Column::Id.lt(before));
+impl Store {
+    /// Extends an active run's lease by its workflow's lock TTL from `now`, as the holder of
+    /// `fencing_token`, adding `usage` to its running totals. A stale token is refused and
+    /// changes nothing; a run past its deadline, or whose totals pass a budget, is ended
+    /// `failed` instead ([`RunError::Overrun`]).
+    pub async fn heartbeat(
+        &self,
+        run_id: &str,
+        fencing_token: i64,
+        usage: &Usage,
+        now: Millis,
+    ) -> Result<Lease, RunError> {
+        heartbeat(self.db(), run_id, fencing_token, usage, now).await
     }
-    if let Some(tenants) = filter.tenants {
-        if tenants.is_empty() {
-            return Ok(Vec::new());
-        }
-        query = query.filter(run::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
-    }
-    if let Some(status) = filter.status {
-        query = query.filter(run::Column::Status.eq(status));
-    }
-    if let Some(workflow_id) = filter.workflow_id {
-        query = query.filter(run::Column::WorkflowId.eq(workflow_id));
-    }
-    if let Some(entity) = filter.target_entity_id {
-        query = query.filter(run::Column::TargetEntityId.eq(entity));
-    }
-    query.all(db).await
-}
 
-/// Entity leases currently held (unexpired with a holder), optionally of one tenant.
-pub async fn held_locks<C: ConnectionTrait>(
-    db: &C,
-    tenant_id: Option<&str>,
-    now: Millis,
-    limit: u64,
-) -> Result<Vec<entity_lock::Model>, DbErr> {
-    let tenants = tenant_id.map(|t| vec![t.to_owned()]);
-    held_locks_of(db, tenants.as_deref(), now, limit).await
-}
-
-/// Entity leases currently held, of these tenants (`None`: every tenant; empty: none).
-pub async fn held_locks_of<C: ConnectionTrait>(
-    db: &C,
-    tenants: Option<&[String]>,
-    now: Millis,
-    limit: u64,
-) -> Result<Vec<entity_lock::Model>, DbErr> {
-    let mut query = entity_lock::Entity::find()
-        .filter(entity_lock::Column::RunId.is_not_null())
-        .filter(entity_lock::Column::ExpiresAt.gt(now))
-        .order_by_asc(entity_lock::Column::TenantId)
-        .order_by_asc(entity_lock::Column::TargetEntityId)
-        .limit(limit);
-    if let Some(tenants) = tenants {
-        if tenants.is_empty() {
-            return Ok(Vec::new());
-        }
-        query =
-            query.filter(entity_lock::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
+    /// Moves an active run to a final `status` as the holder of `fencing_token` and releases
+    /// its lease (the row stays, so the next holder's token is larger); closes its pending
+    /// dispatch and open waits. A stale token is refused and changes nothing; a finish after
+    /// the deadline is recorded, not applied ([`RunError::Overrun`]).
+    pub async fn finish_run(
+        &self,
+        run_id: &str,
+        fencing_token: i64,
+        status: RunStatus,
+        report: &Report,
+        now: Millis,
+    ) -> Result<run::Model, RunError> {
+        finish(self.db(), run_id, fencing_token, status, report, now).await
     }
-    query.all(db).await
-}
-
-/// The lease row of one entity, for dry runs and the admin API.
-pub async fn lock_of<C: ConnectionTrait>(
-    db: &C,
-    tenant_id: &str,
-    target_entity_id: &str,
-) -> Result<Option<entity_lock::Model>, DbErr> {
-    entity_lock::Entity::find_by_id((tenant_id.to_owned(), target_entity_id.to_owned()))
-        .one(db)
-        .await
 }

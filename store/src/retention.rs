@@ -1,0 +1,250 @@
+//! Retention's statements: deleting expired ledger rows, raw deliveries and finished runs (with
+//! their dispatch, attempts, history, members and waits) in bounded batches, and giving the
+//! space back where the database does not (SQLite, through its driver).
+//!
+//! *Invariant: never deletes an active run or the rows it needs; never holds one long
+//! transaction.* Every batch is its own short write transaction of at most `batch` rows per
+//! table; the caller paces them.
+//!
+//! "Older than T" needs no new index: ids are UUIDv7 strings, whose first 12 hex digits are the
+//! creation time in Unix milliseconds, so `id < cutoff_id(T)` is a range on the primary key
+//! (and, with `status = ?`, on `runs_status (status, id)`; a run finished before T was created
+//! before T). Each batch selects ids with `LIMIT` and then deletes `id IN (...)`, because MySQL
+//! allows no `LIMIT` in an `IN` subquery.
+//!
+//! What is kept: a ledger row whose run is active (`queued`, `dispatched`, `needs_input`: the
+//! dispatcher builds the run's message from it) or `dead_lettered` (`redispatch` builds it
+//! again) stays past its window, until its run is pruned. `entity_locks` are never deleted:
+//! their fencing tokens must keep growing.
+
+use sea_orm::sea_query::{Alias, Expr, ExprTrait, LockBehavior, LockType, Order, Query};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, StatementBuilder};
+
+use crate::entities::run::RunStatus;
+use crate::runs::begin_write;
+use crate::{Millis, Store, cutoff_id};
+
+/// Final run statuses, in the order a pass prunes them; only runs in one of these are ever
+/// pruned.
+pub const FINAL_STATUSES: [RunStatus; 5] = [
+    RunStatus::Completed,
+    RunStatus::Failed,
+    RunStatus::Cancelled,
+    RunStatus::Expired,
+    RunStatus::DeadLettered,
+];
+
+/// Statuses of runs whose ledger row is still needed (to build their message).
+const NEEDS_LEDGER_ROW: &str = "('queued', 'dispatched', 'needs_input', 'dead_lettered')";
+
+/// Rows deleted, per table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Deleted {
+    pub raw_deliveries: u64,
+    pub intake: u64,
+    pub runs: u64,
+    pub dispatches: u64,
+    pub dispatch_attempts: u64,
+    pub run_history: u64,
+    pub waits: u64,
+}
+
+impl Deleted {
+    /// Whether anything was deleted.
+    pub fn any(&self) -> bool {
+        *self != Deleted::default()
+    }
+}
+
+/// One batch: how many rows it selected (fewer than the batch size: the last one) and how
+/// many it deleted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    pub selected: usize,
+    pub deleted: u64,
+}
+
+/// The ids (`id` column) of up to `batch` rows of `table` made before `cutoff`, oldest first,
+/// that `keep` (an SQL condition) does not name.
+async fn select_ids(
+    txn: &DatabaseTransaction,
+    table: &str,
+    conditions: Vec<Expr>,
+    batch: usize,
+    lock: bool,
+) -> Result<Vec<String>, DbErr> {
+    let mut select = Query::select();
+    select
+        .column(Alias::new("id"))
+        .from(Alias::new(table))
+        .order_by(Alias::new("id"), Order::Asc)
+        .limit(batch as u64);
+    for condition in conditions {
+        select.and_where(condition);
+    }
+    if lock {
+        // SQLite has no row locks (its one writer is the lock); the servers skip rows another
+        // transaction holds instead of waiting for them.
+        select.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+    }
+    let backend = txn.get_database_backend();
+    txn.query_all_raw(StatementBuilder::build(&select, &backend))
+        .await?
+        .iter()
+        .map(|row| row.try_get_by_index::<String>(0))
+        .collect()
+}
+
+/// `DELETE FROM table WHERE column IN (ids)`; returns the rows deleted.
+async fn delete_in(
+    txn: &DatabaseTransaction,
+    table: &str,
+    column: &str,
+    ids: &[String],
+) -> Result<u64, DbErr> {
+    let delete = Query::delete()
+        .from_table(Alias::new(table))
+        .and_where(Expr::col(Alias::new(column)).is_in(ids.iter().map(String::as_str)))
+        .to_owned();
+    let backend = txn.get_database_backend();
+    Ok(txn
+        .execute_raw(StatementBuilder::build(&delete, &backend))
+        .await?
+        .rows_affected())
+}
+
+impl Store {
+    /// Deletes one batch of up to `batch` runs in the final `status` finished before `before`,
+    /// with their dispatches, attempts, history, members and waits, in one transaction; adds
+    /// what it deleted to `deleted` and returns how many runs it selected. An active run is
+    /// never selected, nor a run a concurrent `redispatch` holds.
+    pub async fn prune_finished_runs(
+        &self,
+        status: RunStatus,
+        before: Millis,
+        batch: usize,
+        deleted: &mut Deleted,
+    ) -> Result<usize, DbErr> {
+        if status.is_active() {
+            return Ok(0);
+        }
+        let txn = begin_write(self.db()).await?;
+        // `status` is written into the text so PostgreSQL plans each with its own statistics
+        // (measured: a rare status goes through `runs_status`, the common one through the
+        // primary key; with a bound status the generic plan always took the key). Locked so a
+        // concurrent `redispatch` (which locks the run) either finishes first, and the run is
+        // no longer final, or waits for this batch; SKIP LOCKED never waits for it.
+        let ids = select_ids(
+            &txn,
+            "runs",
+            vec![
+                Expr::cust(format!("status = '{}'", status.as_str())),
+                Expr::col(Alias::new("id")).lt(cutoff_id(before)),
+                Expr::col(Alias::new("finished_at")).lt(before),
+            ],
+            batch,
+            true,
+        )
+        .await?;
+        if ids.is_empty() {
+            txn.commit().await?;
+            return Ok(0);
+        }
+        deleted.run_history += delete_in(&txn, "run_history", "run_id", &ids).await?;
+        deleted.dispatch_attempts += delete_in(&txn, "dispatch_attempts", "run_id", &ids).await?;
+        deleted.dispatches += delete_in(&txn, "dispatches", "run_id", &ids).await?;
+        // Coalesced members go with their run (counted with its history).
+        deleted.run_history += delete_in(&txn, "run_members", "run_id", &ids).await?;
+        deleted.waits += delete_in(&txn, "waits", "run_id", &ids).await?;
+        deleted.runs += delete_in(&txn, "runs", "id", &ids).await?;
+        txn.commit().await?;
+        Ok(ids.len())
+    }
+
+    /// Deletes one batch of up to `batch` ledger rows made before `before`, except those whose
+    /// run still needs them (active or dead-lettered), in one transaction.
+    pub async fn prune_ledger(&self, before: Millis, batch: usize) -> Result<Batch, DbErr> {
+        // A row's run is found by its primary key; no scan of `runs`.
+        let keep = Expr::cust(format!(
+            "NOT EXISTS (SELECT 1 FROM runs WHERE runs.id = intake.run_id AND runs.status IN \
+             {NEEDS_LEDGER_ROW})"
+        ));
+        self.prune_by_id("intake", before, batch, Some(keep)).await
+    }
+
+    /// Deletes one batch of up to `batch` raw deliveries received before `before`.
+    pub async fn prune_raw(&self, before: Millis, batch: usize) -> Result<Batch, DbErr> {
+        self.prune_by_id("raw_deliveries", before, batch, None)
+            .await
+    }
+
+    async fn prune_by_id(
+        &self,
+        table: &str,
+        before: Millis,
+        batch: usize,
+        keep: Option<Expr>,
+    ) -> Result<Batch, DbErr> {
+        let txn = begin_write(self.db()).await?;
+        let mut conditions = vec![Expr::col(Alias::new("id")).lt(cutoff_id(before))];
+        conditions.extend(keep);
+        let ids = select_ids(&txn, table, conditions, batch, false).await?;
+        let deleted = if ids.is_empty() {
+            0
+        } else {
+            delete_in(&txn, table, "id", &ids).await?
+        };
+        txn.commit().await?;
+        Ok(Batch {
+            selected: ids.len(),
+            deleted,
+        })
+    }
+
+    /// Readies the database for retention to give space back (SQLite: incremental
+    /// auto_vacuum, rewriting an older file once): before any other connection is open.
+    pub async fn prepare_space(&self) -> Result<(), DbErr> {
+        self.driver().prepare_space(self.db()).await
+    }
+
+    /// One short step of giving the space retention freed back to the file system; whether
+    /// freed space remains (never on a server, which manages its own).
+    pub async fn give_back_space(&self) -> Result<bool, DbErr> {
+        self.driver().give_back_space(self.db()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cutoff_id;
+
+    fn millis_of(id: uuid::Uuid) -> i64 {
+        let (secs, nanos) = id
+            .get_timestamp()
+            .expect("a v7 uuid has a timestamp")
+            .to_unix();
+        secs as i64 * 1000 + i64::from(nanos / 1_000_000)
+    }
+
+    #[test]
+    fn an_id_made_at_t_sorts_between_the_cutoffs_of_t_minus_and_plus_one_ms() {
+        for _ in 0..1000 {
+            let id = uuid::Uuid::now_v7();
+            let t = millis_of(id);
+            let id = id.to_string();
+            assert!(cutoff_id(t - 1) < id, "{} < {id}", cutoff_id(t - 1));
+            assert!(id < cutoff_id(t + 1), "{id} < {}", cutoff_id(t + 1));
+            // Made at t exactly: not older than t.
+            assert!(cutoff_id(t) <= id, "{} <= {id}", cutoff_id(t));
+        }
+    }
+
+    #[test]
+    fn the_cutoff_is_a_uuid_string_of_its_millisecond() {
+        let cutoff = cutoff_id(0x0123_4567_89ab);
+        assert_eq!(cutoff, "01234567-89ab-0000-0000-000000000000");
+        assert!(uuid::Uuid::parse_str(&cutoff).is_ok());
+        assert_eq!(cutoff_id(-5), "00000000-0000-0000-0000-000000000000");
+        assert!(cutoff_id(1_000) < cutoff_id(1_001));
+    }
+}
