@@ -21,7 +21,7 @@ use switchyard_core::Workflow;
 pub use flow::{RatesConfig, coalesce_refusal};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
-pub use sources::{ResolvedSource, SourceConfig};
+pub use sources::{ResolvedSource, SourceConfig, SourceSettings};
 pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
     ResolvedTarget, TargetConfig,

@@ -17,8 +17,10 @@ use uuid::Uuid;
 
 use crate::config::ResolvedSource;
 use crate::intake::{CursorAdvance, Delivery, DeliveryBody, Intake, Raw, digest_id};
-use crate::sources::SourceStatuses;
 use crate::store;
+
+use super::status::SourceStatuses;
+use super::{CONTENT_TYPE, KIND};
 
 /// How long a poller lease lasts without renewal; the poller renews every third of it.
 const LEASE_TTL: Duration = Duration::from_secs(60);
@@ -106,13 +108,13 @@ impl MailboxSink for Sink {
             uid: message.uid,
         });
         delivery.raw = Some(Raw {
-            content_type: "message/rfc822".into(),
+            content_type: CONTENT_TYPE.into(),
             bytes: message.raw.into(),
         });
         let started = std::time::Instant::now();
         let answered = self.intake.submit(delivery).await;
         crate::metrics::metrics().delivery(
-            "email",
+            KIND,
             answered.as_ref().ok().map(|a| a.outcome),
             started.elapsed(),
         );
