@@ -1,11 +1,15 @@
-//! The `api` source's bodies read again for replay: `POST /v1/events` takes the canonical event
-//! itself, so no channel's adapter is involved; this is the one reading of it besides the
-//! handler's own.
+//! The `api` source: its name, and its bodies read again for replay. `POST /v1/events` (and
+//! `POST /v1/waits/resume`) take the canonical event itself, so no channel's adapter is
+//! involved; this is the one reading of it besides the handler's own.
 
 use switchyard_core::{Channel, Event};
 
 use super::{Again, Stored};
 use crate::intake::DeliveryBody;
+
+/// The source name of deliveries to `POST /v1/events` and `POST /v1/waits/resume`: no
+/// `[[source]]` entry, and no channel.
+pub const API_SOURCE: &str = "api";
 
 /// A stored `/v1/events` body: the canonical event itself.
 pub fn renormalize(stored: &Stored<'_>) -> Again {

@@ -1,19 +1,14 @@
 //! The email channel: a support mailbox polled over IMAP. Reached by a poller per source
-//! (`mailbox::Pollers`, which records each fetched message through intake), never over HTTP;
-//! each poller's latest status is kept for `/readyz` and the console (`status`).
+//! (`mailbox::Mailboxes`, which records each fetched message through intake), never over HTTP.
 
 mod mailbox;
-mod status;
 
 use std::time::Duration;
 
 use switchyard_core::Channel as EventChannel;
 use switchyard_email::EmailSourceConfig;
 
-pub use mailbox::Pollers;
-pub use status::SourceStatuses;
-
-use super::{Again, Channel, Stored};
+use super::{Again, Channel, StartPollers, Stored};
 use crate::config::{EnvLookup, ResolvedSource, SourceConfig, SourceSettings};
 use crate::intake::DeliveryBody;
 
@@ -28,6 +23,10 @@ pub struct Email;
 impl Channel for Email {
     fn kind(&self) -> &'static str {
         KIND
+    }
+
+    fn pollers(&self) -> Option<StartPollers> {
+        Some(|daemon| Box::new(mailbox::Mailboxes::new(daemon)))
     }
 
     fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again> {

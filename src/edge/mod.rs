@@ -1,19 +1,22 @@
 //! The edge: where a channel's payload becomes a [`Delivery`](crate::intake::Delivery). A
 //! channel is its adapter crate plus one registration here, `<kind>.rs`, which says how its
 //! `[[source]]` entries are configured and checked (`config::SourceSettings` on its adapter's
-//! config struct), how it is reached (HTTP routes under `/v1/ingest/<kind>/{name}`, or a
-//! poller), verified and normalised (`ingest::Endpoint`), and normalised again on replay
+//! config struct), how it is reached (HTTP routes under `/v1/ingest/<kind>/{name}`, or
+//! pollers), verified and normalised (`ingest::Endpoint`), and normalised again on replay
 //! ([`Channel::renormalize`]). The steps all HTTP channels share are written once (`ingest`,
-//! `body`); `api` is replay's reading of `POST /v1/events` bodies, which belong to no channel.
+//! `body`), and so is the supervision of pollers (`pollers`); `api` is the `api` source (its
+//! name, and replay's reading of `POST /v1/events` bodies), which is no channel.
 //!
-//! Invariant: outside `edge/` and the `SourceConfig` enum nothing names a channel; the server,
-//! replay, metrics and spans find every channel in [`CHANNELS`], once each.
+//! Invariant: outside `edge/` and the `SourceConfig` enum nothing names a channel (but the
+//! console's sources page, which renders `email`'s poller status); the server, the daemon's
+//! pollers, replay, `check`, metrics and spans find every channel in [`CHANNELS`], once each.
 
 pub mod api;
 mod body;
 mod cloudevents;
 mod email;
 mod ingest;
+mod pollers;
 mod slack;
 mod webhook;
 
@@ -21,7 +24,7 @@ use axum::Router;
 use axum::middleware::from_fn;
 use switchyard_core::Outcome;
 
-pub use email::{Pollers, SourceStatuses};
+pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
 
 use crate::config::{ServerConfig, SourceConfig};
 use crate::http::AppState;
@@ -46,6 +49,13 @@ pub trait Channel: Sync {
         None
     }
 
+    /// How its pollers start, for a channel that pulls rather than being called (one poller
+    /// per source, recording through the daemon's handles); `None` for a channel reached over
+    /// HTTP. A channel has routes or pollers, never both.
+    fn pollers(&self) -> Option<StartPollers> {
+        None
+    }
+
     /// The prefixes of the headers an incoming delivery's trace context is read from, tried in
     /// order (`""`: `traceparent` itself).
     fn trace_headers(&self) -> &'static [&'static str] {
@@ -56,6 +66,13 @@ pub trait Channel: Sync {
     /// revision replayed under; `None` when `source` is not of this channel. Signatures are not
     /// checked again: the delivery was authenticated when received.
     fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again>;
+
+    /// Whether its HTTP endpoints authenticate by signature alone, never by a bearer token: the
+    /// failure throttle then never blocks their senders (shared egress addresses) for someone
+    /// else's failed tokens.
+    fn signed_only(&self) -> bool {
+        false
+    }
 
     /// Whether bytes stored as `content_type` came from this channel, to tell which of several
     /// sources sharing a name (of different kinds) received a delivery.
@@ -71,6 +88,19 @@ pub fn channel_of(source: &SourceConfig) -> Option<&'static dyn Channel> {
         .iter()
         .copied()
         .find(|channel| channel.kind() == kind)
+}
+
+/// Whether `path` is an ingest endpoint of a channel that authenticates by signature alone.
+pub fn signed_only(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix("/v1/ingest/") else {
+        return false;
+    };
+    let kind = rest.split_once('/').map_or(rest, |(kind, _)| kind);
+    // A kind without a trailing `/` is no endpoint of it, as `/v1/ingest/<kind>/{name}` says.
+    rest.len() > kind.len()
+        && CHANNELS
+            .iter()
+            .any(|channel| channel.kind() == kind && channel.signed_only())
 }
 
 /// Every channel's ingest routes, each counted and traced under its kind

@@ -50,6 +50,10 @@ impl Channel for Slack {
         )
     }
 
+    fn signed_only(&self) -> bool {
+        true
+    }
+
     fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again> {
         let SourceConfig::Slack(config) = source else {
             return None;

@@ -36,7 +36,7 @@ fn configurable_kinds() -> Vec<String> {
 #[test]
 fn every_configurable_kind_has_exactly_one_channel() {
     let kinds = configurable_kinds();
-    assert_eq!(kinds.len(), 4, "{kinds:?}");
+    assert_eq!(kinds.len(), CHANNELS.len(), "{kinds:?}");
     for kind in &kinds {
         let registered = CHANNELS.iter().filter(|c| c.kind() == kind).count();
         assert_eq!(registered, 1, "`{kind}` has {registered} registrations");
@@ -121,8 +121,51 @@ fn stored_bytes_tell_which_kind_received_them_only_where_a_kind_says_so() {
 fn every_channel_s_routes_merge_into_one_router() {
     // Two channels claiming one path, or a route layer on a channel without routes, panics here.
     let _ = routes(&ServerConfig::default());
+}
+
+#[test]
+fn every_channel_is_reached_one_way_routes_or_pollers() {
+    for channel in CHANNELS {
+        assert!(
+            channel.routes().is_some() != channel.pollers().is_some(),
+            "`{}` must have routes or pollers, not both or neither",
+            channel.kind()
+        );
+    }
+    let email = CHANNELS.iter().find(|c| c.kind() == "email");
     assert!(
-        CHANNELS.iter().any(|c| c.routes().is_none()),
+        email.is_some_and(|c| c.pollers().is_some()),
         "email is polled"
     );
+}
+
+#[test]
+fn only_the_endpoints_of_signature_only_channels_are_spared_the_token_throttle() {
+    for channel in CHANNELS {
+        let kind = channel.kind();
+        for path in [
+            format!("/v1/ingest/{kind}/acme"),
+            format!("/v1/ingest/{kind}/acme/interactivity"),
+            format!("/v1/ingest/{kind}/"),
+        ] {
+            assert_eq!(super::signed_only(&path), channel.signed_only(), "{path}");
+        }
+        // No endpoint of the kind: its segment must end in `/`.
+        assert!(!super::signed_only(&format!("/v1/ingest/{kind}")));
+        assert!(!super::signed_only(&format!("/v1/ingest/{kind}x/acme")));
+    }
+    for path in [
+        "/v1/ingest/sms/x",
+        "/v1/ingest/",
+        "/v1/events",
+        "/v1/runs",
+        "/ui/login",
+    ] {
+        assert!(!super::signed_only(path), "{path}");
+    }
+    // What the throttle spared before channels were registered: Zendesk's and Slack's endpoints,
+    // which take signatures only; CloudEvents takes tokens too, so its failures count.
+    assert!(super::signed_only("/v1/ingest/webhook/zendesk"));
+    assert!(super::signed_only("/v1/ingest/slack/acme/interactivity"));
+    assert!(!super::signed_only("/v1/ingest/cloudevents/billing"));
 }

@@ -37,6 +37,10 @@ impl Channel for Webhook {
         Some(Router::new().route("/v1/ingest/webhook/{name}", post(serve::<Webhook>)))
     }
 
+    fn signed_only(&self) -> bool {
+        true
+    }
+
     fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again> {
         let SourceConfig::Webhook(config) = source else {
             return None;

@@ -63,12 +63,12 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
     let admin = Router::new()
         .merge(
             events::router().route_layer(axum::middleware::from_fn(|request, next| {
-                intake_answer::measured("api", PLAIN_TRACE_HEADERS, request, next)
+                intake_answer::measured(API_SOURCE, PLAIN_TRACE_HEADERS, request, next)
             })),
         )
         .merge(
             waits::resume_router().route_layer(axum::middleware::from_fn(|request, next| {
-                intake_answer::measured("api", PLAIN_TRACE_HEADERS, request, next)
+                intake_answer::measured(API_SOURCE, PLAIN_TRACE_HEADERS, request, next)
             })),
         )
         .merge(metrics::guarded_router())

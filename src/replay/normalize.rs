@@ -11,8 +11,8 @@
 use switchyard_core::{Event, Outcome};
 
 use crate::config::SourceConfig;
+use crate::edge::api::API_SOURCE;
 use crate::edge::{self, Again, Stored};
-use crate::http::API_SOURCE;
 use crate::intake::DeliveryBody;
 use crate::store::entities::{intake, raw_delivery};
 
