@@ -9,12 +9,11 @@ use tokio::net::TcpListener;
 
 use crate::config::Settings;
 use crate::dispatcher::{Dispatcher, TargetHealths, Wake};
+use crate::edge::{Pollers, SourceStatuses};
 use crate::http::{self, AppState};
 use crate::intake::Intake;
 use crate::live::{Live, LiveConfig};
-use crate::mailbox::Pollers;
 use crate::retention::Retention;
-use crate::sources::SourceStatuses;
 use crate::store::{DbErr, Store};
 
 /// A started daemon, not yet serving HTTP. Clones share everything (for reloading while serving).
@@ -279,12 +278,11 @@ fn log_revision(live: &Live) {
         }
     }
     for source in &live.settings.loaded.config.sources {
-        if let crate::config::SourceConfig::Webhook(webhook) = source
-            && webhook.insecure_skip_signature
-        {
+        if let Some(why) = source.settings().unsigned() {
             tracing::warn!(
-                source = %webhook.name,
-                "webhook source accepts UNSIGNED deliveries (insecure_skip_signature = true): anyone who can reach it can create runs"
+                source = %source.name(),
+                "{} source accepts UNSIGNED deliveries ({why}): anyone who can reach it can create runs",
+                source.kind()
             );
         }
     }

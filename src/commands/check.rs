@@ -108,13 +108,12 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
     }
 
     for source in &config.sources {
-        if let SourceConfig::Webhook(webhook) = source
-            && webhook.insecure_skip_signature
-        {
+        if let Some(why) = source.settings().unsigned() {
             report.warnings.push(format!(
-                "INSECURE: webhook source `{}` accepts unsigned deliveries \
-                 (insecure_skip_signature = true); anyone who can reach it can create runs",
-                webhook.name
+                "INSECURE: {} source `{}` accepts unsigned deliveries ({why}); anyone who can \
+                 reach it can create runs",
+                source.kind(),
+                source.name()
             ));
         }
         if let Err(error) = source.resolve(env) {
@@ -126,7 +125,7 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
     report.warnings.extend(shared_signing_secrets(config, env));
     let ledger = config.retention.ledger;
     for source in &config.sources {
-        if let Some((window, sender)) = retry_window(source)
+        if let Some((window, sender)) = source.settings().retry_window()
             && ledger < window
         {
             report.warnings.push(format!(
@@ -185,12 +184,7 @@ fn shared_signing_secrets(
         .sources
         .iter()
         .filter_map(|source| {
-            let var = match source {
-                SourceConfig::Webhook(c) => c.signing_secret_env.as_deref(),
-                SourceConfig::Slack(c) => Some(c.signing_secret_env.as_str()),
-                SourceConfig::CloudEvents(c) => c.signing_secret_env.as_deref(),
-                SourceConfig::Email(_) => None,
-            }?;
+            let var = source.settings().signing_secret_env()?;
             let secret = env(var)?.trim().to_owned();
             let mut tenants = source.tenants();
             tenants.sort_unstable();
@@ -227,27 +221,6 @@ fn tenants_phrase(tenants: &[&str]) -> String {
     format!("tenant{plural} {}", names.join(", "))
 }
 
-/// How long the sender behind a source keeps redelivering a delivery it saw fail, and what to
-/// tell the admin. The mailbox cursor makes redelivery of mail rare, so email has none.
-fn retry_window(source: &SourceConfig) -> Option<(std::time::Duration, &'static str)> {
-    match source {
-        SourceConfig::Slack(_) => Some((
-            std::time::Duration::from_secs(5 * 60),
-            "Slack retries for about 5 minutes",
-        )),
-        SourceConfig::Webhook(_) => Some((
-            std::time::Duration::from_secs(24 * 60 * 60),
-            "Zendesk retries for hours; 24h assumed",
-        )),
-        SourceConfig::Email(_) => None,
-        // Publishers' retry policies vary; a day is the common upper bound (Knative, Svix).
-        SourceConfig::CloudEvents(_) => Some((
-            std::time::Duration::from_secs(24 * 60 * 60),
-            "CloudEvents publishers may retry for hours; 24h assumed",
-        )),
-    }
-}
-
 /// Why no configured source can produce this trigger for the tenant, if none can.
 fn unproducible(
     config: &crate::config::Config,
@@ -255,32 +228,7 @@ fn unproducible(
     channel: Channel,
     event_type: &str,
 ) -> Option<String> {
-    let produces = |source: &SourceConfig| match (source, channel) {
-        (SourceConfig::Webhook(s), Channel::Webhook) => {
-            s.tenant == tenant && event_type.starts_with("ticket.")
-        }
-        (SourceConfig::Slack(s), Channel::Slack) => {
-            s.teams.values().any(|t| t == tenant)
-                && matches!(
-                    event_type,
-                    "message"
-                        | "urgent_message"
-                        | "app_mention"
-                        | "message_changed"
-                        | "message_deleted"
-                )
-        }
-        (SourceConfig::Email(s), Channel::Email) => {
-            s.tenant == tenant
-                && [
-                    switchyard_email::EVENT_RECEIVED,
-                    switchyard_email::EVENT_REPLY,
-                ]
-                .contains(&event_type)
-        }
-        (SourceConfig::CloudEvents(s), _) => s.tenant == tenant && s.channel == channel,
-        _ => false,
-    };
+    let produces = |source: &SourceConfig| source.settings().produces(tenant, channel, event_type);
     match channel {
         // These arrive through POST /v1/events, which any trusted sender can use.
         Channel::Chat | Channel::WebForm => None,

@@ -23,7 +23,7 @@ pub use flow::{RatesConfig, coalesce_refusal};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
 pub use revision::revision_content;
-pub use sources::{ResolvedSource, SourceConfig};
+pub use sources::{ResolvedSource, SourceConfig, SourceSettings};
 pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
     ResolvedTarget, TargetConfig,

@@ -1,8 +1,16 @@
-//! `[[source]]` entries: one variant per channel adapter, selected by `kind`. Each adapter crate
-//! owns its config struct; this module only tags them and looks up their secrets.
+//! `[[source]]` entries: one variant per channel, selected by `kind`. Each adapter crate owns its
+//! config struct, and each channel's registration (`src/edge/<kind>.rs`) says what config and
+//! `check` read of it by implementing [`SourceSettings`]; this module only tags the structs and
+//! dispatches to that one implementation.
+//!
+//! Invariant: a channel's config is known by its variant here and its `SourceSettings` impl;
+//! nothing else in config matches on a source's kind.
+
+use std::time::Duration;
 
 use serde::Deserialize;
 use switchyard_cloudevents::CloudEventsSourceConfig;
+use switchyard_core::Channel;
 use switchyard_core::standard_webhooks::SigningKey;
 use switchyard_email::EmailSourceConfig;
 use switchyard_slack::SlackSourceConfig;
@@ -26,83 +34,86 @@ pub enum SourceConfig {
 }
 
 impl SourceConfig {
-    pub fn kind(&self) -> &'static str {
+    /// What config reads of this source: its channel's registration.
+    pub fn settings(&self) -> &dyn SourceSettings {
         match self {
-            SourceConfig::Webhook(_) => "webhook",
-            SourceConfig::Slack(_) => "slack",
-            SourceConfig::Email(_) => "email",
-            SourceConfig::CloudEvents(_) => "cloudevents",
+            SourceConfig::Webhook(c) => c,
+            SourceConfig::Slack(c) => c,
+            SourceConfig::Email(c) => c,
+            SourceConfig::CloudEvents(c) => c,
         }
     }
 
+    pub fn kind(&self) -> &'static str {
+        self.settings().kind()
+    }
+
     pub fn name(&self) -> &str {
-        match self {
-            SourceConfig::Webhook(c) => &c.name,
-            SourceConfig::Slack(c) => &c.name,
-            SourceConfig::Email(c) => &c.name,
-            SourceConfig::CloudEvents(c) => &c.name,
-        }
+        self.settings().name()
     }
 
     /// The tenants this source's deliveries belong to (a Slack source maps teams to tenants).
     pub fn tenants(&self) -> Vec<&str> {
-        match self {
-            SourceConfig::Webhook(c) => vec![c.tenant.as_str()],
-            SourceConfig::Slack(c) => c.teams.values().map(String::as_str).collect(),
-            SourceConfig::Email(c) => vec![c.tenant.as_str()],
-            SourceConfig::CloudEvents(c) => vec![c.tenant.as_str()],
-        }
+        self.settings().tenants()
     }
 
     /// The adapter's own validation, as a sentence.
     pub fn validate(&self) -> Result<(), String> {
-        match self {
-            SourceConfig::Webhook(c) => c.validate().map_err(|e| e.to_string()),
-            SourceConfig::Slack(c) => c.validate().map_err(|e| e.to_string()),
-            SourceConfig::Email(c) => c.validate().map_err(|e| e.to_string()),
-            SourceConfig::CloudEvents(c) => c.validate().map_err(|e| e.to_string()),
-        }
+        self.settings().validate()
     }
 
     /// Looks up the source's secret; a missing variable fails closed.
     pub fn resolve(&self, env: EnvLookup<'_>) -> Result<ResolvedSource, String> {
-        let secret = |var: &str| {
-            env(var).ok_or_else(|| {
-                format!(
-                    "{} source `{}`: environment variable `{var}` is not set",
-                    self.kind(),
-                    self.name()
-                )
-            })
-        };
-        Ok(match self {
-            SourceConfig::Webhook(config) => ResolvedSource::Webhook {
-                secret: match &config.signing_secret_env {
-                    Some(var) => Some(secret(var)?),
-                    None => None,
-                },
-                config: config.clone(),
-            },
-            SourceConfig::Slack(config) => ResolvedSource::Slack {
-                secret: secret(&config.signing_secret_env)?,
-                config: config.clone(),
-            },
-            SourceConfig::Email(config) => ResolvedSource::Email {
-                password: secret(&config.password_env)?,
-                config: config.clone(),
-            },
-            SourceConfig::CloudEvents(config) => ResolvedSource::CloudEvents {
-                key: match &config.signing_secret_env {
-                    Some(var) => Some(SigningKey::parse(&secret(var)?).map_err(|error| {
-                        format!(
-                            "cloudevents source `{}`: the secret in `{var}` is unusable: {error}",
-                            config.name
-                        )
-                    })?),
-                    None => None,
-                },
-                config: config.clone(),
-            },
+        self.settings().resolve(env)
+    }
+}
+
+/// What the daemon's config, and `switchyard check`, know of one source's settings, whatever
+/// its channel. Implemented once per channel, on its adapter's config struct, in the channel's
+/// registration (`src/edge/<kind>.rs`).
+pub trait SourceSettings: Sync {
+    /// Its `kind` in `[[source]]`: also its path segment under `/v1/ingest/` and its
+    /// `source_kind` label in metrics and spans.
+    fn kind(&self) -> &'static str;
+
+    fn name(&self) -> &str;
+
+    /// The tenants its deliveries belong to.
+    fn tenants(&self) -> Vec<&str>;
+
+    /// The adapter's own validation, as a sentence.
+    fn validate(&self) -> Result<(), String>;
+
+    /// The source with its secrets looked up (`secret`); a missing one fails closed.
+    fn resolve(&self, env: EnvLookup<'_>) -> Result<ResolvedSource, String>;
+
+    /// The environment variable holding the secret its senders sign with, if it has one.
+    fn signing_secret_env(&self) -> Option<&str> {
+        None
+    }
+
+    /// Why it accepts unsigned deliveries (the setting that says so), when it does.
+    fn unsigned(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// How long its sender keeps redelivering a delivery it saw fail, and what to tell the
+    /// admin about it; `None`: its sender does not redeliver.
+    fn retry_window(&self) -> Option<(Duration, &'static str)> {
+        None
+    }
+
+    /// Whether it can produce events of `event_type` on `channel` for `tenant`.
+    fn produces(&self, tenant: &str, channel: Channel, event_type: &str) -> bool;
+
+    /// The value of `var`; a missing variable fails closed, naming the source.
+    fn secret(&self, env: EnvLookup<'_>, var: &str) -> Result<String, String> {
+        env(var).ok_or_else(|| {
+            format!(
+                "{} source `{}`: environment variable `{var}` is not set",
+                self.kind(),
+                self.name()
+            )
         })
     }
 }

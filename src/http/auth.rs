@@ -173,7 +173,7 @@ pub async fn require_api_token(
 
 /// The caller of a request that may also prove itself another way (a CloudEvents source's
 /// signature): `None` without a bearer token, `Some(None)` for a token that is not configured.
-pub(super) fn bearer_principal(
+pub(crate) fn bearer_principal(
     headers: &axum::http::HeaderMap,
     live: &crate::live::Live,
 ) -> Option<Option<Principal>> {

@@ -76,15 +76,17 @@ pub fn respond(answer: Answer, style: Style) -> Response {
 }
 
 /// Counts every answer of an intake endpoint of `source_kind` (its outcome, or a 503) and
-/// how long it took; reads the delivery's trace context and, with tracing on, wraps it in its
-/// `intake.delivery` span (`telemetry::traced_intake`).
+/// how long it took; reads the delivery's trace context (from the headers `trace_headers`
+/// prefix) and, with tracing on, wraps it in its `intake.delivery` span
+/// (`telemetry::traced_intake`).
 pub async fn measured(
     source_kind: &'static str,
+    trace_headers: &'static [&'static str],
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let started = std::time::Instant::now();
-    let response = crate::telemetry::traced_intake(source_kind, request, next).await;
+    let response = crate::telemetry::traced_intake(source_kind, trace_headers, request, next).await;
     let outcome = response.extensions().get::<Outcome>().copied();
     if outcome.is_some() || response.status() == StatusCode::SERVICE_UNAVAILABLE {
         crate::metrics::metrics().delivery(source_kind, outcome, started.elapsed());
@@ -129,7 +131,7 @@ pub async fn submit(state: &AppState, delivery: Delivery, style: Style) -> Respo
 /// The request body read by axum's `Bytes` extractor (`/v1/events`, `/v1/waits/resume`), or 413
 /// when it is over the configured limit. A body cut off at its deadline is answered 408 by
 /// `body_deadline`, whatever this makes of it. The signed ingest endpoints read theirs through
-/// `ingest_body` instead, which reserves budget first.
+/// `edge::body` instead, which reserves budget first.
 pub fn body(result: Result<Bytes, BytesRejection>, state: &AppState) -> Result<Bytes, ApiError> {
     result.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {

@@ -1,19 +1,15 @@
 //! The HTTP server: one module per resource, each ending in `router()`, merged here behind the
-//! bearer-token check (ingest endpoints authenticate by signature instead).
+//! bearer-token check; the channels' ingest endpoints (`edge::routes`) authenticate by
+//! signature instead.
 
 pub(crate) mod admin;
 pub(crate) mod auth;
-mod body_deadline;
+pub(crate) mod body_deadline;
 mod claims;
 mod error;
 pub(crate) mod events;
 mod health;
-mod ingest_body;
-mod ingest_cloudevents;
-mod ingest_slack;
-mod ingest_slack_actions;
-mod ingest_webhook;
-mod intake_answer;
+pub(crate) mod intake_answer;
 mod metrics;
 mod oversize;
 pub(crate) mod replays;
@@ -33,9 +29,10 @@ pub use events::API_SOURCE;
 
 use crate::config::ServerConfig;
 use crate::dispatcher::{TargetHealths, Wake};
+use crate::edge::SourceStatuses;
 use crate::intake::Intake;
 use crate::live::LiveConfig;
-use crate::sources::SourceStatuses;
+use crate::telemetry::spans::PLAIN_TRACE_HEADERS;
 
 /// What every handler can reach.
 #[derive(Debug, Clone)]
@@ -62,19 +59,19 @@ pub struct AppState {
 /// The whole HTTP surface, with the server's body limits: a declared body over `body_limit` is
 /// refused before it reaches a handler (`oversize`), every body must arrive whole within
 /// `body_read_timeout` (`body_deadline`), and the signed ingest endpoints buffer unverified
-/// bodies only within `unverified_body_budget`, a share of it per client (`ingest_body`).
+/// bodies only within `unverified_body_budget`, a share of it per client (`edge::routes`).
 pub fn router(state: AppState, server: &ServerConfig) -> Router {
     let body_limit = server.body_limit;
     let body_read_timeout = server.body_read_timeout;
     let admin = Router::new()
         .merge(
             events::router().route_layer(axum::middleware::from_fn(|request, next| {
-                intake_answer::measured("api", request, next)
+                intake_answer::measured(API_SOURCE, PLAIN_TRACE_HEADERS, request, next)
             })),
         )
         .merge(
             waits::resume_router().route_layer(axum::middleware::from_fn(|request, next| {
-                intake_answer::measured("api", request, next)
+                intake_answer::measured(API_SOURCE, PLAIN_TRACE_HEADERS, request, next)
             })),
         )
         .merge(metrics::guarded_router())
@@ -88,25 +85,7 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
             state.clone(),
             auth::require_api_token,
         ));
-    let ingest = Router::new()
-        .merge(
-            ingest_webhook::router().route_layer(axum::middleware::from_fn(|request, next| {
-                intake_answer::measured("webhook", request, next)
-            })),
-        )
-        .merge(
-            ingest_slack::router()
-                .merge(ingest_slack_actions::router())
-                .route_layer(axum::middleware::from_fn(|request, next| {
-                    intake_answer::measured("slack", request, next)
-                })),
-        )
-        .merge(
-            ingest_cloudevents::router().route_layer(axum::middleware::from_fn(|request, next| {
-                intake_answer::measured("cloudevents", request, next)
-            })),
-        )
-        .route_layer(axum::Extension(ingest_body::UnverifiedBudget::new(server)));
+    let ingest = crate::edge::routes(server);
     Router::new()
         .merge(admin)
         .merge(ingest)

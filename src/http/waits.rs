@@ -1,7 +1,8 @@
 //! Durable waits over HTTP: `POST /v1/runs/{id}/waits` (a worker opens a wait with its fencing
 //! token), `GET /v1/runs/{id}/waits`, and `POST /v1/waits/resume` (a resume by API). Canonical
 //! events and CloudEvents whose payload carries `resume` come here through
-//! [`resume_or_submit`]; Slack buttons through `ingest_slack_actions`.
+//! [`resume_or_submit`]; Slack buttons through the Slack channel's interactivity endpoint
+//! (`edge`).
 
 use axum::Json;
 use axum::Router;

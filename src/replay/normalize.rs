@@ -1,17 +1,18 @@
-//! A stored delivery's raw bytes back through the adapter of its source: the same pure
-//! `normalize` the ingest handlers call, with the source settings of the revision the replay
-//! runs under. Signatures are not checked again: the delivery was authenticated when it was
-//! received, and the secret that signed it may have rotated since.
+//! A stored delivery's raw bytes back through the adapter of its source: its channel's
+//! registration (`edge::Channel::renormalize`) calls the same pure `normalize` its ingest
+//! endpoint does, with the source settings of the revision the replay runs under (`api`'s
+//! bodies are read by `edge::api`). Signatures are not checked again: the delivery was
+//! authenticated when it was received, and the secret that signed it may have rotated since.
 //!
 //! When the bytes alone cannot be normalised again (no stored bytes, a source no longer
 //! configured, a binary-mode CloudEvent whose `ce-*` headers are not stored), the event the
 //! ledger row recorded is used instead, and the replay says so.
 
-use switchyard_core::{Channel, Event, Outcome};
-use switchyard_slack::SlackIntake;
+use switchyard_core::{Event, Outcome};
 
 use crate::config::SourceConfig;
-use crate::http::API_SOURCE;
+use crate::edge::api::API_SOURCE;
+use crate::edge::{self, Again, Stored};
 use crate::intake::DeliveryBody;
 use crate::store::entities::{intake, raw_delivery};
 
@@ -97,10 +98,16 @@ fn normalize_again(
         return stored(row, "no raw bytes are stored for it (pruned by retention?)");
     };
     let raw_ref = format!("raw:{}", row.id);
-    let body = raw.body.as_slice();
+    let again = Stored {
+        body: raw.body.as_slice(),
+        content_type: &raw.content_type,
+        delivery_id: &row.delivery_id,
+        payload: row.payload.as_deref(),
+        raw_ref: &raw_ref,
+    };
     let named: Vec<&SourceConfig> = sources.iter().filter(|s| s.name() == row.source).collect();
     let source = match named.as_slice() {
-        [] if row.source == API_SOURCE => return canonical(row, body, &raw_ref),
+        [] if row.source == API_SOURCE => return from(row, edge::api::renormalize(&again)),
         [] => {
             return stored(
                 row,
@@ -111,137 +118,25 @@ fn normalize_again(
         several => several
             .iter()
             .copied()
-            .find(|s| match s {
-                SourceConfig::Email(_) => raw.content_type == "message/rfc822",
-                SourceConfig::CloudEvents(_) => raw.content_type.contains("cloudevents"),
-                _ => false,
-            })
+            .find(|s| edge::channel_of(s).is_some_and(|c| c.stored_here(&raw.content_type)))
             .unwrap_or(several[0]),
     };
-    match source {
-        SourceConfig::Webhook(config) => {
-            // The request's headers are not stored; the recorded delivery id names it.
-            let ids = switchyard_webhook::RequestIds {
-                signed: None,
-                invocation_id: Some(&row.delivery_id),
-            };
-            match switchyard_webhook::normalize(body, ids, config, &raw_ref) {
-                Ok(normalized) => Renormalized::of(normalized.disposition.into()),
-                Err(error) if error.is_unauthorized() => Renormalized::refused(
-                    Outcome::UnauthorizedSource,
-                    format!("{}: {error}", error.detail()),
-                ),
-                Err(error) => Renormalized::of(DeliveryBody::Invalid {
-                    detail: format!("{}: {error}", error.detail()),
-                }),
-            }
-        }
-        SourceConfig::Slack(config) => match switchyard_slack::normalize(body, config, &raw_ref) {
-            Ok(SlackIntake::Event(event)) => Renormalized {
-                message_key: event.message_key,
-                ..Renormalized::of(event.normalized.disposition.into())
-            },
-            Ok(SlackIntake::AppRateLimited(notice)) => Renormalized::of(DeliveryBody::Ineligible {
-                detail: format!(
-                    "app_rate_limited: Slack dropped team {}'s events from {}",
-                    notice.team_id, notice.minute_rate_limited
-                ),
-                event: None,
-            }),
-            Ok(SlackIntake::UrlVerification { .. }) => Renormalized::of(DeliveryBody::Invalid {
-                detail: "url_verification is answered, never recorded".into(),
-            }),
-            Err(error) if error.outcome() == Some(Outcome::InvalidEvent) => {
-                Renormalized::of(DeliveryBody::Invalid {
-                    detail: error.detail(),
-                })
-            }
-            Err(error) => Renormalized::refused(Outcome::UnauthorizedSource, error.detail()),
+    match edge::channel_of(source).and_then(|channel| channel.renormalize(source, &again)) {
+        Some(normalized) => from(row, normalized),
+        None => stored(row, &format!("no channel reads {} sources", source.kind())),
+    }
+}
+
+/// Replay's account of what the channel made of the bytes.
+fn from(row: &intake::Model, again: Again) -> Renormalized {
+    match again {
+        Again::Normalized { body, message_key } => Renormalized {
+            message_key,
+            ..Renormalized::of(body)
         },
-        SourceConfig::Email(config) => {
-            let (uidvalidity, uid) = imap_position(row);
-            match switchyard_email::normalize(body, config, uidvalidity, uid, &raw_ref) {
-                Ok(normalized) => Renormalized::of(normalized.disposition.into()),
-                Err(error) => Renormalized::of(DeliveryBody::Invalid {
-                    detail: format!("{}: {error}", error.detail()),
-                }),
-            }
-        }
-        SourceConfig::CloudEvents(config) => {
-            let headers = [("content-type", raw.content_type.as_str())];
-            let event = match switchyard_cloudevents::parse(&headers[..], body) {
-                Ok(event) => event,
-                Err(_) if !raw.content_type.contains("cloudevents") => {
-                    return stored(
-                        row,
-                        "a binary-mode CloudEvent: its ce-* headers are not stored",
-                    );
-                }
-                Err(error) => {
-                    return Renormalized::of(DeliveryBody::Invalid {
-                        detail: format!("{}: {error}", error.detail()),
-                    });
-                }
-            };
-            match switchyard_cloudevents::normalize(&event, config, &raw_ref) {
-                Ok(normalized) => Renormalized::of(normalized.disposition.into()),
-                Err(error) if error.is_unauthorized() => Renormalized::refused(
-                    Outcome::UnauthorizedSource,
-                    format!("{}: {error}", error.detail()),
-                ),
-                Err(error) => Renormalized::of(DeliveryBody::Invalid {
-                    detail: format!("{}: {error}", error.detail()),
-                }),
-            }
-        }
+        Again::Refused(outcome, detail) => Renormalized::refused(outcome, detail),
+        Again::Unreadable(why) => stored(row, why),
     }
-}
-
-/// A `/v1/events` body: the canonical event itself.
-fn canonical(row: &intake::Model, body: &[u8], raw_ref: &str) -> Renormalized {
-    #[derive(serde::Deserialize)]
-    struct EventRequest {
-        channel: Channel,
-        event_type: String,
-        tenant_id: String,
-        target_entity_id: String,
-        payload: serde_json::Value,
-        #[serde(default)]
-        raw_ref: Option<String>,
-    }
-    match serde_json::from_slice::<EventRequest>(body) {
-        Ok(request) => Renormalized::of(DeliveryBody::Route(Event {
-            channel: request.channel,
-            event_type: request.event_type,
-            tenant_id: request.tenant_id,
-            target_entity_id: request.target_entity_id,
-            payload: request.payload,
-            // A sender's own reference outside Switchyard is kept; one naming stored bytes
-            // (refused at intake since, possible on older rows) never is.
-            raw_ref: request
-                .raw_ref
-                .filter(|r| !r.starts_with("raw:"))
-                .unwrap_or_else(|| raw_ref.to_owned()),
-        })),
-        Err(_) => stored(row, "the stored body is not a canonical event"),
-    }
-}
-
-/// The mailbox position an email was fetched at, as its payload recorded it.
-fn imap_position(row: &intake::Model) -> (u32, u32) {
-    let payload: Option<serde_json::Value> = row
-        .payload
-        .as_deref()
-        .and_then(|p| serde_json::from_str(p).ok());
-    let read = |key: &str| {
-        payload
-            .as_ref()
-            .and_then(|p| p.pointer(&format!("/imap/{key}")))
-            .and_then(serde_json::Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(0)
-    };
-    (read("uidvalidity"), read("uid"))
 }
 
 /// The event the ledger row recorded, for a delivery whose bytes cannot be normalised again.

@@ -95,15 +95,20 @@ pub struct AnswerIds {
     pub run_id: Option<String>,
 }
 
-/// Wraps one intake request of `source_kind`: reads its trace context (CloudEvents' from the
-/// `ce-` headers first), and with tracing on runs it inside an `intake.delivery` span whose
-/// parent is that context (or, without one, the root of a new trace).
-pub async fn traced_intake(source_kind: &'static str, request: Request, next: Next) -> Response {
-    let prefixes: &[&str] = match source_kind {
-        "cloudevents" => &["ce-", ""],
-        _ => &[""],
-    };
-    let given = prefixes
+/// The trace context headers of W3C Trace Context itself: `traceparent`, `tracestate`.
+pub const PLAIN_TRACE_HEADERS: &[&str] = &[""];
+
+/// Wraps one intake request of `source_kind`: reads its trace context from the first of the
+/// header prefixes its channel names (`trace_headers`; [`PLAIN_TRACE_HEADERS`] for most), and
+/// with tracing on runs it inside an `intake.delivery` span whose parent is that context (or,
+/// without one, the root of a new trace).
+pub async fn traced_intake(
+    source_kind: &'static str,
+    trace_headers: &'static [&'static str],
+    request: Request,
+    next: Next,
+) -> Response {
+    let given = trace_headers
         .iter()
         .find_map(|prefix| TraceContext::from_headers(request.headers(), prefix));
     if !enabled() {

@@ -155,8 +155,7 @@ impl Presented {
         if path == "/ui/login" {
             return (request.method() == Method::POST).then_some(Presented::Login);
         }
-        let signed_ingest =
-            path.starts_with("/v1/ingest/webhook/") || path.starts_with("/v1/ingest/slack/");
+        let signed_ingest = crate::edge::signed_only(path);
         let checks_tokens =
             (path.starts_with("/v1/") && !signed_ingest) || path == "/metrics" || path == "/readyz";
         let value = request.headers().get(header::AUTHORIZATION)?;

@@ -14,9 +14,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use super::{CONTENT_TYPE, KIND};
 use crate::config::ResolvedSource;
+use crate::edge::pollers::{Handles, Poll, SourceStatuses};
 use crate::intake::{CursorAdvance, Delivery, DeliveryBody, Intake, Raw, digest_id};
-use crate::sources::SourceStatuses;
 
 /// How long a poller lease lasts without renewal; the poller renews every third of it.
 const LEASE_TTL: Duration = Duration::from_secs(60);
@@ -108,13 +109,13 @@ impl MailboxSink for Sink {
             uid: message.uid,
         });
         delivery.raw = Some(Raw {
-            content_type: "message/rfc822".into(),
+            content_type: CONTENT_TYPE.into(),
             bytes: message.raw.into(),
         });
         let started = std::time::Instant::now();
         let answered = self.intake.submit(delivery).await;
         crate::metrics::metrics().delivery(
-            "email",
+            KIND,
             answered.as_ref().ok().map(|a| a.outcome),
             started.elapsed(),
         );
@@ -147,32 +148,30 @@ struct Running {
 
 /// Runs one poller per email source of the revision in force.
 #[derive(Debug, Clone)]
-pub struct Pollers {
+pub struct Mailboxes {
     sink: Arc<Sink>,
     running: Arc<Mutex<HashMap<String, Running>>>,
 }
 
-impl Pollers {
-    /// Pollers that take leases as `replica_id` (see `LoadedConfig::replica_id`).
-    pub fn new(
-        store: Store,
-        intake: Intake,
-        statuses: Arc<SourceStatuses>,
-        replica_id: String,
-    ) -> Self {
+impl Mailboxes {
+    /// Pollers that record through `daemon`'s handles and take leases as its replica.
+    pub fn new(daemon: &Handles) -> Self {
         Self {
             sink: Arc::new(Sink {
-                store,
-                intake,
-                statuses,
-                owner: replica_id,
+                store: daemon.store.clone(),
+                intake: daemon.intake.clone(),
+                statuses: daemon.statuses.clone(),
+                owner: daemon.replica_id.clone(),
             }),
             running: Arc::default(),
         }
     }
+}
 
+#[async_trait::async_trait]
+impl Poll for Mailboxes {
     /// Starts pollers for new or changed email sources and stops those removed or changed.
-    pub async fn apply(&self, sources: &[ResolvedSource]) {
+    async fn apply(&self, sources: &[ResolvedSource]) {
         let wanted: HashMap<&str, (&EmailSourceConfig, &String)> = sources
             .iter()
             .filter_map(|source| match source {
@@ -234,7 +233,7 @@ impl Pollers {
     }
 
     /// Stops every poller; each logs out and releases its lease.
-    pub async fn shutdown(&self) {
+    async fn shutdown(&self) {
         let all: Vec<Running> = {
             let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
             running.drain().map(|(_, poller)| poller).collect()

@@ -1,5 +1,5 @@
 //! The steps every signed ingest endpoint takes before it can check a signature, written once
-//! for all of them (webhook, Slack events, Slack interactivity, CloudEvents): find the named
+//! for all of them (`ingest::serve` takes them for every channel's endpoint): find the named
 //! source (an unknown name is 404 before a byte of the body is read), reserve the body's size
 //! in the unverified-body budget, within the share one client address may hold, and read the
 //! body within `server.body_limit` and its deadline (`body_deadline`).
@@ -19,9 +19,9 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::ApiError;
-use super::body_deadline::BodyDeadline;
 use crate::config::{ResolvedSource, ServerConfig};
+use crate::http::ApiError;
+use crate::http::body_deadline::BodyDeadline;
 use crate::live::Live;
 
 /// A request to a source that exists, its body read but not yet verified.

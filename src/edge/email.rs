@@ -1,0 +1,105 @@
+//! The email channel: a support mailbox polled over IMAP. Reached by a poller per source
+//! (`mailbox::Mailboxes`, which records each fetched message through intake), never over HTTP.
+
+mod mailbox;
+
+use std::time::Duration;
+
+use switchyard_core::Channel as EventChannel;
+use switchyard_email::EmailSourceConfig;
+
+use super::{Again, Channel, StartPollers, Stored};
+use crate::config::{EnvLookup, ResolvedSource, SourceConfig, SourceSettings};
+use crate::intake::DeliveryBody;
+
+const KIND: &str = "email";
+
+/// The content type a fetched message is stored under.
+const CONTENT_TYPE: &str = "message/rfc822";
+
+/// The email channel's registration.
+pub struct Email;
+
+impl Channel for Email {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn pollers(&self) -> Option<StartPollers> {
+        Some(|daemon| Box::new(mailbox::Mailboxes::new(daemon)))
+    }
+
+    fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again> {
+        let SourceConfig::Email(config) = source else {
+            return None;
+        };
+        let (uidvalidity, uid) = imap_position(stored.payload);
+        Some(
+            match switchyard_email::normalize(stored.body, config, uidvalidity, uid, stored.raw_ref)
+            {
+                Ok(normalized) => Again::of(normalized.disposition.into()),
+                Err(error) => Again::of(DeliveryBody::Invalid {
+                    detail: format!("{}: {error}", error.detail()),
+                }),
+            },
+        )
+    }
+
+    fn stored_here(&self, content_type: &str) -> bool {
+        content_type == CONTENT_TYPE
+    }
+}
+
+impl SourceSettings for EmailSourceConfig {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn tenants(&self) -> Vec<&str> {
+        vec![self.tenant.as_str()]
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        EmailSourceConfig::validate(self).map_err(|e| e.to_string())
+    }
+
+    fn resolve(&self, env: EnvLookup<'_>) -> Result<ResolvedSource, String> {
+        Ok(ResolvedSource::Email {
+            password: self.secret(env, &self.password_env)?,
+            config: self.clone(),
+        })
+    }
+
+    /// The mailbox cursor makes redelivery of mail rare: no retry window.
+    fn retry_window(&self) -> Option<(Duration, &'static str)> {
+        None
+    }
+
+    fn produces(&self, tenant: &str, channel: EventChannel, event_type: &str) -> bool {
+        channel == EventChannel::Email
+            && self.tenant == tenant
+            && [
+                switchyard_email::EVENT_RECEIVED,
+                switchyard_email::EVENT_REPLY,
+            ]
+            .contains(&event_type)
+    }
+}
+
+/// The mailbox position an email was fetched at, as its recorded payload says.
+fn imap_position(payload: Option<&str>) -> (u32, u32) {
+    let payload: Option<serde_json::Value> = payload.and_then(|p| serde_json::from_str(p).ok());
+    let read = |key: &str| {
+        payload
+            .as_ref()
+            .and_then(|p| p.pointer(&format!("/imap/{key}")))
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0)
+    };
+    (read("uidvalidity"), read("uid"))
+}

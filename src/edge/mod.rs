@@ -1,0 +1,166 @@
+//! The edge: where a channel's payload becomes a [`Delivery`](crate::intake::Delivery). A
+//! channel is its adapter crate plus one registration here, `<kind>.rs`, which says how its
+//! `[[source]]` entries are configured and checked (`config::SourceSettings` on its adapter's
+//! config struct), how it is reached (HTTP routes under `/v1/ingest/<kind>/{name}`, or
+//! pollers), verified and normalised (`ingest::Endpoint`), and normalised again on replay
+//! ([`Channel::renormalize`]). The steps all HTTP channels share are written once (`ingest`,
+//! `body`), and so is the supervision of pollers (`pollers`); `api` is the `api` source (its
+//! name, and replay's reading of `POST /v1/events` bodies), which is no channel.
+//!
+//! Invariant: outside `edge/` and the `SourceConfig` enum nothing names a channel (but the
+//! console's sources page, which renders `email`'s poller status); the server, the daemon's
+//! pollers, replay, `check`, metrics and spans find every channel in [`CHANNELS`], once each.
+
+pub mod api;
+mod body;
+mod cloudevents;
+mod email;
+mod ingest;
+mod pollers;
+mod slack;
+mod webhook;
+
+use axum::Router;
+use axum::middleware::from_fn;
+use switchyard_core::Outcome;
+
+pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
+
+use crate::config::{ServerConfig, SourceConfig};
+use crate::http::AppState;
+use crate::http::intake_answer;
+use crate::intake::DeliveryBody;
+
+/// Every channel, once: the order routes are merged in, nothing more.
+pub static CHANNELS: &[&dyn Channel] = &[
+    &webhook::Webhook,
+    &slack::Slack,
+    &email::Email,
+    &cloudevents::CloudEvents,
+];
+
+/// What the daemon does with one channel beyond its config (`config::SourceSettings`).
+pub trait Channel: Sync {
+    /// Its `[[source]]` kind, path segment under `/v1/ingest/` and `source_kind` label.
+    fn kind(&self) -> &'static str;
+
+    /// Its HTTP ingest routes; `None` for a channel that is polled.
+    fn routes(&self) -> Option<Router<AppState>> {
+        None
+    }
+
+    /// How its pollers start, for a channel that pulls rather than being called (one poller
+    /// per source, recording through the daemon's handles); `None` for a channel reached over
+    /// HTTP. A channel has routes or pollers, never both.
+    fn pollers(&self) -> Option<StartPollers> {
+        None
+    }
+
+    /// The prefixes of the headers an incoming delivery's trace context is read from, tried in
+    /// order (`""`: `traceparent` itself).
+    fn trace_headers(&self) -> &'static [&'static str] {
+        crate::telemetry::spans::PLAIN_TRACE_HEADERS
+    }
+
+    /// A stored delivery of `source` normalised again (replay), with `source`'s settings of the
+    /// revision replayed under; `None` when `source` is not of this channel. Signatures are not
+    /// checked again: the delivery was authenticated when received.
+    fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again>;
+
+    /// Whether its HTTP endpoints authenticate by signature alone, never by a bearer token: the
+    /// failure throttle then never blocks their senders (shared egress addresses) for someone
+    /// else's failed tokens.
+    fn signed_only(&self) -> bool {
+        false
+    }
+
+    /// Whether bytes stored as `content_type` came from this channel, to tell which of several
+    /// sources sharing a name (of different kinds) received a delivery.
+    fn stored_here(&self, _content_type: &str) -> bool {
+        false
+    }
+}
+
+/// The registration of `source`'s channel.
+pub fn channel_of(source: &SourceConfig) -> Option<&'static dyn Channel> {
+    let kind = source.kind();
+    CHANNELS
+        .iter()
+        .copied()
+        .find(|channel| channel.kind() == kind)
+}
+
+/// Whether `path` is an ingest endpoint of a channel that authenticates by signature alone.
+pub fn signed_only(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix("/v1/ingest/") else {
+        return false;
+    };
+    let kind = rest.split_once('/').map_or(rest, |(kind, _)| kind);
+    // A kind without a trailing `/` is no endpoint of it, as `/v1/ingest/<kind>/{name}` says.
+    rest.len() > kind.len()
+        && CHANNELS
+            .iter()
+            .any(|channel| channel.kind() == kind && channel.signed_only())
+}
+
+/// Every channel's ingest routes, each counted and traced under its kind
+/// (`intake_answer::measured`), behind the unverified-body budget (`body`).
+pub fn routes(server: &ServerConfig) -> Router<AppState> {
+    CHANNELS
+        .iter()
+        .filter_map(|channel| Some((*channel, channel.routes()?)))
+        .fold(Router::new(), |all, (channel, routes)| {
+            let (kind, trace_headers) = (channel.kind(), channel.trace_headers());
+            all.merge(routes.route_layer(from_fn(move |request, next| {
+                intake_answer::measured(kind, trace_headers, request, next)
+            })))
+        })
+        .route_layer(axum::Extension(body::UnverifiedBudget::new(server)))
+}
+
+/// A stored delivery, as replay hands it back to its channel.
+#[derive(Debug, Clone, Copy)]
+pub struct Stored<'a> {
+    /// Its raw bytes, as received.
+    pub body: &'a [u8],
+    /// The content type they were stored under.
+    pub content_type: &'a str,
+    /// The delivery id it was recorded under (request headers are not stored).
+    pub delivery_id: &'a str,
+    /// The payload of the event it was recorded with, as JSON text.
+    pub payload: Option<&'a str>,
+    /// `raw:<intake id>`: the reference its event carries.
+    pub raw_ref: &'a str,
+}
+
+/// A stored delivery, normalised again.
+#[derive(Debug)]
+pub enum Again {
+    /// What the adapter made of it, and the message identity duplicate claims use.
+    Normalized {
+        body: DeliveryBody,
+        message_key: Option<String>,
+    },
+    /// Refused before routing (`unauthorized_source` under settings that no longer admit it).
+    Refused(Outcome, String),
+    /// The bytes alone cannot be normalised again, for this reason: the recorded event is used.
+    Unreadable(&'static str),
+}
+
+impl Again {
+    /// The adapter's disposition, without a message key.
+    pub fn of(body: DeliveryBody) -> Self {
+        Again::Normalized {
+            body,
+            message_key: None,
+        }
+    }
+
+    /// Refused as `unauthorized_source`.
+    pub fn unauthorized(detail: String) -> Self {
+        Again::Refused(Outcome::UnauthorizedSource, detail)
+    }
+}
+
+#[cfg(test)]
+mod tests;
