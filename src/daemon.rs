@@ -91,7 +91,6 @@ impl Daemon {
         let state = AppState {
             replays,
             store: store.clone(),
-            db: store.connection().clone(),
             live,
             intake,
             sources,

@@ -89,8 +89,8 @@ impl From<ApiError> for ConsoleError {
     }
 }
 
-impl From<sea_orm::DbErr> for ConsoleError {
-    fn from(error: sea_orm::DbErr) -> Self {
+impl From<switchyard_store::DbErr> for ConsoleError {
+    fn from(error: switchyard_store::DbErr) -> Self {
         ApiError::Database(error).into()
     }
 }

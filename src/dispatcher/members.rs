@@ -9,10 +9,8 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Statement, Value};
 use switchyard_store::outbox::ClaimedRun;
-
-use crate::store::entities::intake;
+use switchyard_store::{DbErr, Store};
 
 /// A coalesced run's members and the one whose event is dispatched.
 #[derive(Debug, Clone)]
@@ -24,52 +22,23 @@ pub struct Members {
 }
 
 /// The members of each claimed run that has any, by run id.
-pub async fn of<C: ConnectionTrait>(
-    db: &C,
-    claimed: &[&ClaimedRun],
-) -> Result<HashMap<String, Members>, DbErr> {
+pub async fn of(store: &Store, claimed: &[&ClaimedRun]) -> Result<HashMap<String, Members>, DbErr> {
     let mut found = HashMap::new();
     if claimed.is_empty() {
         return Ok(found);
     }
-    let backend = db.get_database_backend();
-    let marks: Vec<String> = (1..=claimed.len())
-        .map(|i| match backend {
-            sea_orm::DbBackend::Postgres => format!("${i}"),
-            _ => "?".to_owned(),
-        })
-        .collect();
-    let values: Vec<Value> = claimed.iter().map(|c| c.run.id.clone().into()).collect();
-    let rows = db
-        .query_all_raw(Statement::from_sql_and_values(
-            backend,
-            format!(
-                "SELECT run_id, intake_id, version FROM run_members WHERE run_id IN ({}) \
-                 ORDER BY run_id, intake_id",
-                marks.join(", ")
-            ),
-            values,
-        ))
-        .await?;
-    let mut joined: HashMap<String, Vec<(String, Option<String>)>> = HashMap::new();
-    for row in rows {
-        let run_id: String = row.try_get_by_index(0)?;
-        joined
-            .entry(run_id)
-            .or_default()
-            .push((row.try_get_by_index(1)?, row.try_get_by_index(2)?));
-    }
+    let run_ids: Vec<&str> = claimed.iter().map(|c| c.run.id.as_str()).collect();
+    let mut joined = store.run_members(&run_ids).await?;
     if joined.is_empty() {
         return Ok(found);
     }
-    let firsts: Vec<String> = claimed
+    let firsts: Vec<&str> = claimed
         .iter()
         .filter(|c| joined.contains_key(&c.run.id))
-        .map(|c| c.run.intake_id.clone())
+        .map(|c| c.run.intake_id.as_str())
         .collect();
-    let versions: HashMap<String, Option<String>> = intake::Entity::find()
-        .filter(intake::Column::Id.is_in(firsts))
-        .all(db)
+    let versions: HashMap<String, Option<String>> = store
+        .ledger_rows(&firsts)
         .await?
         .into_iter()
         .map(|row| {

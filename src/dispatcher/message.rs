@@ -3,11 +3,10 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 use switchyard_core::{Channel, Event};
 use switchyard_dispatch::{PrincipalInfo, RunInfo, RunMessage};
 use switchyard_store::outbox::ClaimedRun;
-use switchyard_store::{Millis, millis_rfc3339};
+use switchyard_store::{DbErr, Millis, Store, millis_rfc3339};
 
 use crate::authority::Authority;
 use crate::store::entities::intake;
@@ -24,14 +23,14 @@ pub struct Routed {
 
 /// The ledger rows (the events) of claimed runs, by the run's intake id. A coalesced run
 /// gets its newest member's event and the list of its members.
-pub async fn events_of<C: ConnectionTrait>(
-    db: &C,
+pub async fn events_of(
+    store: &Store,
     claimed: &[&ClaimedRun],
 ) -> Result<HashMap<String, Routed>, DbErr> {
     if claimed.is_empty() {
         return Ok(HashMap::new());
     }
-    let mut members = super::members::of(db, claimed).await?;
+    let mut members = super::members::of(store, claimed).await?;
     // The ledger row each run is dispatched with -> (the run's intake id, its members).
     let mut basis: HashMap<String, (String, Vec<String>)> = claimed
         .iter()
@@ -43,10 +42,8 @@ pub async fn events_of<C: ConnectionTrait>(
             ),
         })
         .collect();
-    let rows = intake::Entity::find()
-        .filter(intake::Column::Id.is_in(basis.keys().cloned().collect::<Vec<_>>()))
-        .all(db)
-        .await?;
+    let ids: Vec<&str> = basis.keys().map(String::as_str).collect();
+    let rows = store.ledger_rows(&ids).await?;
     Ok(rows
         .into_iter()
         .filter_map(|row| {

@@ -18,11 +18,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sea_orm::DatabaseConnection;
 use serde::Serialize;
 use switchyard_dispatch::schedule::jitter;
 use switchyard_dispatch::{AttemptResult, Outbound};
-use switchyard_store::outbox::{self, ClaimedRun, Recorded, Verdict};
+use switchyard_store::outbox::{ClaimedRun, Recorded, Verdict};
 use switchyard_store::{Millis, Store, millis_rfc3339, now_millis};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
@@ -150,7 +149,6 @@ async fn run(
     healths: Arc<TargetHealths>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let db = store.connection().clone();
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     let (records, queue) = mpsc::channel(IN_FLIGHT * 2);
     let recorder = tokio::spawn(record_all(store.clone(), queue, healths));
@@ -164,7 +162,7 @@ async fn run(
     };
     let (targets, handed_over) = watch::channel(Arc::<[PushTarget]>::from([]));
     let handover = tokio::spawn(handover::run(sender.clone(), handed_over, stopped.clone()));
-    let keeper = tokio::spawn(keep_alive(db.clone(), stopped.clone()));
+    let keeper = tokio::spawn(keep_alive(store.clone(), stopped.clone()));
     let timer = tokio::spawn(deadlines::run(store.clone(), stopped.clone()));
     // What makes this pass claim from the outbox (`None`: nothing), and whether due rows may
     // be waiting for a free slot (then a freed slot means a claim pass).
@@ -362,10 +360,10 @@ impl Sender {
 /// Keeps leases of runs waiting for delivery alive and resets lapsed pull claims, on its own
 /// task so deliveries never wait for it. The first pass looks at every lease (after a downtime
 /// the waiting runs' leases may have run out); later ones only at those about to run out.
-async fn keep_alive(db: DatabaseConnection, mut stopped: watch::Receiver<bool>) {
+async fn keep_alive(store: Store, mut stopped: watch::Receiver<bool>) {
     let mut everything = true;
     while !*stopped.borrow() {
-        match outbox::keep_alive(&db, now_millis(), everything).await {
+        match store.keep_alive(now_millis(), everything).await {
             Ok((extended, lapsed)) => {
                 everything = false;
                 if extended + lapsed > 0 {
@@ -411,16 +409,16 @@ async fn claim(
             wake,
         })
         .inc();
-    let claimed = outbox::claim_push(
-        store.connection(),
-        &target.name,
-        owner,
-        limit as u64,
-        now,
-        claim_until,
-        &live.max_running,
-    )
-    .await?;
+    let claimed = store
+        .claim_push(
+            &target.name,
+            owner,
+            limit as u64,
+            now,
+            claim_until,
+            &live.max_running,
+        )
+        .await?;
     let built = messages(store, target, claimed, live, now).await?;
     Ok(("dispatcher", built))
 }
@@ -444,7 +442,7 @@ async fn messages(
     }
     let claimed = allowed;
     let refs: Vec<&ClaimedRun> = claimed.iter().collect();
-    let events = message::events_of(store.connection(), &refs).await?;
+    let events = message::events_of(store, &refs).await?;
     let mut resumes = crate::waits::message::resumes_of(store, &refs).await?;
     Ok(claimed
         .into_iter()
@@ -572,7 +570,7 @@ async fn record_all(
             others.extend(back);
         }
         if !others.is_empty() {
-            record_with_retries(store.connection(), others).await;
+            record_with_retries(&store, others).await;
         }
     }
 }
@@ -621,10 +619,10 @@ fn count(batch: &[Recorded], healths: &TargetHealths) {
     }
 }
 
-async fn record_with_retries(db: &DatabaseConnection, batch: Vec<Recorded>) {
+async fn record_with_retries(store: &Store, batch: Vec<Recorded>) {
     let mut tries = 0u32;
     loop {
-        match outbox::record(db, batch.clone(), now_millis()).await {
+        match store.record_attempts(&batch, now_millis()).await {
             Ok(_) => break,
             Err(error) if tries < 20 => {
                 tries += 1;

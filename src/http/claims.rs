@@ -14,12 +14,10 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchyard_dispatch::schedule::jitter;
-use switchyard_store::entities::dispatch;
-use switchyard_store::outbox::{self, ClaimError, ClaimedRun, PullClaim, PullTarget};
+use switchyard_store::outbox::{ClaimError, ClaimedRun, PullClaim, PullTarget};
 use switchyard_store::{Millis, now_millis};
 use tokio::time::Instant;
 
@@ -215,15 +213,10 @@ impl Looker<'_> {
             let targets = pull_targets(state);
             let now = now_millis();
             let live = state.live.current();
-            let claimed = outbox::claim_pull(
-                &state.db,
-                &targets,
-                self.workflows,
-                self.max,
-                now,
-                &live.max_running,
-            )
-            .await?;
+            let claimed = state
+                .store
+                .claim_pull(&targets, self.workflows, self.max, now, &live.max_running)
+                .await?;
             let took_max = claimed.len() as u64 == self.max;
             let any_claimed = !claimed.is_empty();
             let claims = checked(state, claimed, now).await?;
@@ -242,16 +235,11 @@ impl Looker<'_> {
             .into_iter()
             .map(|t| t.name)
             .collect();
-        if targets.is_empty() {
-            return Ok(false);
-        }
-        let filter = sea_orm::Condition::all()
-            .add(dispatch::Column::Target.is_in(targets))
-            .add(dispatch::Column::WorkflowId.is_in(workflows.iter().cloned()));
-        Ok(outbox::due(filter, now_millis(), 1)
-            .one(&self.state.db)
-            .await?
-            .is_some())
+        Ok(self
+            .state
+            .store
+            .any_due(&targets, workflows, now_millis())
+            .await?)
     }
 }
 
@@ -283,16 +271,17 @@ async fn checked(
             .unwrap_or(i64::MAX);
         if i64::from(claim.claimed.dispatch.attempts) > budget {
             let detail = format!("claimed {budget} times without finishing (its budget)");
-            switchyard_store::bounded::end(
-                &state.db,
-                &claim.claimed.run.id,
-                switchyard_store::entities::run::RunStatus::DeadLettered,
-                "max_attempts",
-                Some(detail),
-                now,
-            )
-            .await
-            .map_err(super::runs::run_error)?;
+            state
+                .store
+                .end_run(
+                    &claim.claimed.run.id,
+                    switchyard_store::entities::run::RunStatus::DeadLettered,
+                    "max_attempts",
+                    Some(detail),
+                    now,
+                )
+                .await
+                .map_err(super::runs::run_error)?;
             crate::metrics::metrics().run_finished("dead_lettered");
             continue;
         }
@@ -321,7 +310,7 @@ fn pull_targets(state: &AppState) -> Vec<PullTarget> {
 
 async fn claim_views(state: &AppState, claims: Vec<PullClaim>) -> Result<Vec<Value>, ApiError> {
     let refs: Vec<&ClaimedRun> = claims.iter().map(|c| &c.claimed).collect();
-    let events = message::events_of(&state.db, &refs).await?;
+    let events = message::events_of(&state.store, &refs).await?;
     let mut resumes = crate::waits::message::resumes_of(&state.store, &refs).await?;
     let now = now_millis();
     let live = state.live.current();
@@ -370,7 +359,9 @@ async fn extend(
     // The ttl of the claim's own target; looked up after the row is found.
     let row = find_claim(&state, &principal, &token).await?;
     let ttl = claim_ttl(&state, &row);
-    let (dispatch, expires_at) = outbox::extend_claim(&state.db, &token, ttl, now)
+    let (dispatch, expires_at) = state
+        .store
+        .extend_claim(&token, ttl, now)
         .await
         .map_err(claim_error)?;
     Ok(Json(json!({
@@ -386,13 +377,13 @@ async fn find_claim(
     principal: &Principal,
     token: &str,
 ) -> Result<String, ApiError> {
-    let row = dispatch::Entity::find()
-        .filter(dispatch::Column::ClaimToken.eq(token))
-        .one(&state.db)
+    let row = state
+        .store
+        .dispatch_of_claim(token)
         .await?
         .ok_or_else(|| claim_error(ClaimError::Lost))?;
     if principal.tenants().is_some() {
-        let run = switchyard_store::runs::get(&state.db, &row.run_id).await?;
+        let run = state.store.run(&row.run_id).await?;
         if !run.is_some_and(|run| principal.sees(&run.tenant_id)) {
             return Err(claim_error(ClaimError::Lost));
         }
@@ -426,7 +417,9 @@ async fn release(
         )));
     }
     find_claim(&state, &principal, &token).await?;
-    let (dispatch, due_at) = outbox::release_claim(&state.db, &token, millis(delay), now_millis())
+    let (dispatch, due_at) = state
+        .store
+        .release_claim(&token, millis(delay), now_millis())
         .await
         .map_err(claim_error)?;
     // The run is claimable again once the delay is over: a waiter of its workflow is woken then.

@@ -30,7 +30,7 @@ pub enum ApiError {
     #[error(transparent)]
     Unavailable(#[from] StoreUnavailable),
     #[error("database error: {0}")]
-    Database(#[from] sea_orm::DbErr),
+    Database(#[from] switchyard_store::DbErr),
 }
 
 impl ApiError {

@@ -21,7 +21,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use sea_orm::DatabaseConnection;
 
 pub use admin::millis_to_rfc3339;
 pub use error::ApiError;
@@ -39,8 +38,6 @@ use crate::telemetry::spans::PLAIN_TRACE_HEADERS;
 pub struct AppState {
     /// The database, as named operations.
     pub store: switchyard_store::Store,
-    /// The pool, for handlers not yet moved onto `store`'s operations (transitional).
-    pub db: DatabaseConnection,
     /// `/readyz`'s pending counts, read at most once a second.
     pub pending: Arc<health::PendingCache>,
     pub live: LiveConfig,

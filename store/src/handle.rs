@@ -68,13 +68,14 @@ impl Store {
         self.backend == Backend::Sqlite
     }
 
-    /// The pool, for code not yet moved behind a named operation. Transitional: removed once
-    /// every caller outside this crate uses operations.
+    /// The pool itself, for this crate's conformance suite (which sets up rows and reads them
+    /// back directly). The daemon never calls it: `.ci/run` fails if code outside `store/`
+    /// does; everything else goes through a named operation.
+    #[doc(hidden)]
     pub fn connection(&self) -> &DatabaseConnection {
         &self.db
     }
 
-    #[allow(dead_code)] // Transitional: used once operations move behind the drivers.
     pub(crate) fn db(&self) -> &DatabaseConnection {
         &self.db
     }

@@ -239,6 +239,21 @@ impl Store {
         get(self.db(), id, tenants).await
     }
 
+    /// The ledger rows with these ids (any tenant: for what the store itself refers to, such
+    /// as a run's own delivery), in no particular order.
+    pub async fn ledger_rows(&self, ids: &[&str]) -> Result<Vec<intake::Model>, DbErr> {
+        let mut rows = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(200) {
+            rows.extend(
+                intake::Entity::find()
+                    .filter(intake::Column::Id.is_in(chunk.iter().copied()))
+                    .all(self.db())
+                    .await?,
+            );
+        }
+        Ok(rows)
+    }
+
     /// The original bytes of the delivery `id` (its ledger row's id), as received.
     pub async fn raw_delivery(&self, id: &str) -> Result<Option<raw_delivery::Model>, DbErr> {
         raw(self.db(), id).await

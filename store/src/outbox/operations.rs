@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use sea_orm::DbErr;
+use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter};
 
 use super::{ClaimError, ClaimedRun, PullClaim, PullTarget, Recorded, Redispatched};
 use crate::ceilings::MaxRunning;
@@ -75,6 +75,31 @@ impl Store {
     ) -> Result<Vec<bool>, DbErr> {
         self.driver()
             .record_attempts(self.db(), attempts, now)
+            .await
+    }
+
+    /// Whether a dispatch of one of `workflows` is due by `now` on one of the targets
+    /// `targets`: a read, without a row lock (a waiting pull claim looks before it claims).
+    pub async fn any_due(
+        &self,
+        targets: &[String],
+        workflows: &[String],
+        now: Millis,
+    ) -> Result<bool, DbErr> {
+        if targets.is_empty() || workflows.is_empty() {
+            return Ok(false);
+        }
+        let filter = sea_orm::Condition::all()
+            .add(dispatch::Column::Target.is_in(targets.iter().map(String::as_str)))
+            .add(dispatch::Column::WorkflowId.is_in(workflows.iter().map(String::as_str)));
+        Ok(super::due(filter, now, 1).one(self.db()).await?.is_some())
+    }
+
+    /// The dispatch that the pull claim `token` was given for, whatever its state now.
+    pub async fn dispatch_of_claim(&self, token: &str) -> Result<Option<dispatch::Model>, DbErr> {
+        dispatch::Entity::find()
+            .filter(dispatch::Column::ClaimToken.eq(token))
+            .one(self.db())
             .await
     }
 
