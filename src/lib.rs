@@ -11,6 +11,7 @@ mod console;
 mod daemon;
 pub mod dispatcher;
 pub mod edge;
+pub mod event_version;
 pub mod explain;
 pub mod http;
 pub mod intake;

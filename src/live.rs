@@ -29,7 +29,7 @@ pub struct Live {
     /// Each workflow's target name.
     targets_by_workflow: HashMap<String, String>,
     /// Ceilings, rates and coalescing windows.
-    pub flow: crate::intake::FlowConfig,
+    pub flow: crate::config::FlowConfig,
     /// Every workflow's `max_running`, with its target, for the dispatch claims.
     pub max_running: Vec<MaxRunning>,
 }
@@ -59,7 +59,7 @@ impl Live {
                 (w.id.clone(), target)
             })
             .collect();
-        let flow = crate::intake::FlowConfig::new(&settings.loaded.config);
+        let flow = crate::config::FlowConfig::new(&settings.loaded.config);
         let max_running = settings
             .loaded
             .config

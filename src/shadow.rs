@@ -146,7 +146,7 @@ pub async fn last_day(
             let entry = stats
                 .entry(verdict.workflow_id)
                 .or_insert_with(|| ShadowStats {
-                    since: crate::http::millis_to_rfc3339(since),
+                    since: switchyard_store::millis_rfc3339(since),
                     ..ShadowStats::default()
                 });
             match verdict.verdict {

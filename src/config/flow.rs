@@ -1,12 +1,12 @@
 //! `[rates]`: intake rates per tenant and per source, and the checks of the flow-control keys
 //! that live elsewhere (`max_running`/`max_queued` on workflows, `coalesce` on triggers).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
-use switchyard_core::Rate;
+use switchyard_core::{Channel, Coalesce, Event, Rate};
 
-use super::{SourceConfig, WorkflowConfig};
+use super::{Config, SourceConfig, WorkflowConfig};
 
 /// `[rates]`: `tenant.<id> = { limit, per, burst }` and `source.<name> = { ... }`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -30,7 +30,7 @@ impl RatesConfig {
         let mut problems = Vec::new();
         for name in self.source.keys() {
             let known =
-                name == crate::http::events::API_SOURCE || sources.iter().any(|s| s.name() == name);
+                name == super::API_SOURCE || sources.iter().any(|s| s.name() == name);
             if !known {
                 problems.push(format!(
                     "rates.source.{name}: no source is named `{name}` (the sources are the \
@@ -76,4 +76,82 @@ pub fn coalesce_refusal(channel: &str, event_type: &str) -> Option<String> {
                  coalesce state changes such as `ticket.updated` or `ticket.status_changed`"
             )
         })
+}
+
+/// A workflow's ceilings.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ceiling {
+    pub max_running: Option<u32>,
+    pub max_queued: Option<u32>,
+}
+
+/// The flow control of one config revision, compiled for intake (`intake::flow` decides with
+/// it; `live.rs` keeps one per revision).
+#[derive(Debug, Default)]
+pub struct FlowConfig {
+    pub ceilings: HashMap<String, Ceiling>,
+    pub(crate) source_rates: HashMap<String, Rate>,
+    pub(crate) tenant_rates: HashMap<String, Rate>,
+    /// Workflow -> `(channel, event_type, window)` of its coalescing triggers (looked up by
+    /// `&str`, so without allocating).
+    coalesce: HashMap<String, Vec<(Channel, String, Coalesce)>>,
+}
+
+impl FlowConfig {
+    pub fn new(config: &Config) -> Self {
+        let mut flow = FlowConfig {
+            source_rates: config.rates.source.clone().into_iter().collect(),
+            tenant_rates: config.rates.tenant.clone().into_iter().collect(),
+            ..FlowConfig::default()
+        };
+        for workflow in &config.workflows {
+            if workflow.max_running.is_some() || workflow.max_queued.is_some() {
+                flow.ceilings.insert(
+                    workflow.id.clone(),
+                    Ceiling {
+                        max_running: workflow.max_running,
+                        max_queued: workflow.max_queued,
+                    },
+                );
+            }
+            for trigger in &workflow.triggers {
+                if let (Some(window), Ok(channel)) = (trigger.coalesce, trigger.channel.parse()) {
+                    let windows = flow.coalesce.entry(workflow.id.clone()).or_default();
+                    if !windows
+                        .iter()
+                        .any(|(c, t, _)| *c == channel && *t == trigger.event_type)
+                    {
+                        windows.push((channel, trigger.event_type.clone(), window));
+                    }
+                }
+            }
+        }
+        flow
+    }
+
+    /// No ceiling, rate or window: intake does exactly what it did without flow control.
+    pub fn is_empty(&self) -> bool {
+        self.ceilings.is_empty()
+            && self.source_rates.is_empty()
+            && self.tenant_rates.is_empty()
+            && self.coalesce.is_empty()
+    }
+
+    pub fn has_windows(&self) -> bool {
+        !self.coalesce.is_empty()
+    }
+
+    /// The coalescing window of `workflow`'s trigger for `event`, if it has one.
+    pub(crate) fn window(&self, workflow: &str, event: &Event) -> Option<Coalesce> {
+        if self.coalesce.is_empty() {
+            return None;
+        }
+        self.coalesce
+            .get(workflow)?
+            .iter()
+            .find(|(channel, event_type, _)| {
+                *channel == event.channel && *event_type == event.event_type
+            })
+            .map(|(_, _, window)| *window)
+    }
 }

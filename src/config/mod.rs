@@ -19,11 +19,11 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use switchyard_core::Workflow;
 
-pub use flow::{RatesConfig, coalesce_refusal};
+pub use flow::{Ceiling, FlowConfig, RatesConfig, coalesce_refusal};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
 pub use revision::revision_content;
-pub use sources::{ResolvedSource, SourceConfig, SourceSettings};
+pub use sources::{API_SOURCE, ResolvedSource, SourceConfig, SourceSettings};
 pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
     ResolvedTarget, TargetConfig,

@@ -18,6 +18,10 @@ use switchyard_webhook::WebhookSourceConfig;
 
 use super::EnvLookup;
 
+/// The source name of deliveries to `POST /v1/events` and `POST /v1/waits/resume`: no
+/// `[[source]]` entry, and no channel.
+pub const API_SOURCE: &str = "api";
+
 /// One source as written in the file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

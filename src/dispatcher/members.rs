@@ -46,7 +46,7 @@ pub async fn of(store: &Store, claimed: &[&ClaimedRun]) -> Result<HashMap<String
                 .payload
                 .as_deref()
                 .and_then(|text| serde_json::from_str(text).ok())
-                .and_then(|payload: serde_json::Value| crate::intake::version_of(&payload));
+                .and_then(|payload: serde_json::Value| crate::event_version::version_of(&payload));
             (row.id, version)
         })
         .collect();

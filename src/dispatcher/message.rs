@@ -79,7 +79,7 @@ pub(crate) fn event_of(row: intake::Model) -> Option<Event> {
 
 /// The message for one claimed dispatch, carrying `trace` as its CloudEvents
 /// distributed-tracing extension: `switchyard.run.start`, or `switchyard.run.resume` when the
-/// dispatch carries the resume of a wait (`resume`, from `waits::message::resumes_of`).
+/// dispatch carries the resume of a wait (`resume`, from `resumes::resumes_of`).
 pub fn run_start(
     claimed: &ClaimedRun,
     routed: Routed,

@@ -10,6 +10,7 @@ mod deadlines;
 mod handover;
 mod members;
 pub mod message;
+pub mod resumes;
 pub mod preclaim;
 pub mod pull_waiters;
 mod transports;
@@ -443,7 +444,7 @@ async fn messages(
     let claimed = allowed;
     let refs: Vec<&ClaimedRun> = claimed.iter().collect();
     let events = message::events_of(store, &refs).await?;
-    let mut resumes = crate::waits::message::resumes_of(store, &refs).await?;
+    let mut resumes = crate::dispatcher::resumes::resumes_of(store, &refs).await?;
     Ok(claimed
         .into_iter()
         .filter_map(|claimed| {

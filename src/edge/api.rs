@@ -7,9 +7,7 @@ use switchyard_core::{Channel, Event};
 use super::{Again, Stored};
 use crate::intake::DeliveryBody;
 
-/// The source name of deliveries to `POST /v1/events` and `POST /v1/waits/resume`: no
-/// `[[source]]` entry, and no channel.
-pub const API_SOURCE: &str = "api";
+pub use crate::config::API_SOURCE;
 
 /// A stored `/v1/events` body: the canonical event itself.
 pub fn renormalize(stored: &Stored<'_>) -> Again {

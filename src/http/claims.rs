@@ -311,7 +311,7 @@ fn pull_targets(state: &AppState) -> Vec<PullTarget> {
 async fn claim_views(state: &AppState, claims: Vec<PullClaim>) -> Result<Vec<Value>, ApiError> {
     let refs: Vec<&ClaimedRun> = claims.iter().map(|c| &c.claimed).collect();
     let events = message::events_of(&state.store, &refs).await?;
-    let mut resumes = crate::waits::message::resumes_of(&state.store, &refs).await?;
+    let mut resumes = crate::dispatcher::resumes::resumes_of(&state.store, &refs).await?;
     let now = now_millis();
     let live = state.live.current();
     let mut views = Vec::with_capacity(claims.len());

@@ -18,88 +18,13 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use switchyard_core::{Channel, Coalesce, Event, Rate};
+use switchyard_core::Event;
 use switchyard_router::{Choice, LockBatch};
 use switchyard_store::Millis;
 
 use super::Delivery;
-use crate::config::Config;
 
-/// A workflow's ceilings.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Ceiling {
-    pub max_running: Option<u32>,
-    pub max_queued: Option<u32>,
-}
-
-/// The flow control of one config revision.
-#[derive(Debug, Default)]
-pub struct FlowConfig {
-    pub ceilings: HashMap<String, Ceiling>,
-    source_rates: HashMap<String, Rate>,
-    tenant_rates: HashMap<String, Rate>,
-    /// Workflow -> `(channel, event_type, window)` of its coalescing triggers (looked up by
-    /// `&str`, so without allocating).
-    coalesce: HashMap<String, Vec<(Channel, String, Coalesce)>>,
-}
-
-impl FlowConfig {
-    pub fn new(config: &Config) -> Self {
-        let mut flow = FlowConfig {
-            source_rates: config.rates.source.clone().into_iter().collect(),
-            tenant_rates: config.rates.tenant.clone().into_iter().collect(),
-            ..FlowConfig::default()
-        };
-        for workflow in &config.workflows {
-            if workflow.max_running.is_some() || workflow.max_queued.is_some() {
-                flow.ceilings.insert(
-                    workflow.id.clone(),
-                    Ceiling {
-                        max_running: workflow.max_running,
-                        max_queued: workflow.max_queued,
-                    },
-                );
-            }
-            for trigger in &workflow.triggers {
-                if let (Some(window), Ok(channel)) = (trigger.coalesce, trigger.channel.parse()) {
-                    let windows = flow.coalesce.entry(workflow.id.clone()).or_default();
-                    if !windows
-                        .iter()
-                        .any(|(c, t, _)| *c == channel && *t == trigger.event_type)
-                    {
-                        windows.push((channel, trigger.event_type.clone(), window));
-                    }
-                }
-            }
-        }
-        flow
-    }
-
-    /// No ceiling, rate or window: intake does exactly what it did without flow control.
-    pub fn is_empty(&self) -> bool {
-        self.ceilings.is_empty()
-            && self.source_rates.is_empty()
-            && self.tenant_rates.is_empty()
-            && self.coalesce.is_empty()
-    }
-
-    pub fn has_windows(&self) -> bool {
-        !self.coalesce.is_empty()
-    }
-
-    fn window(&self, workflow: &str, event: &Event) -> Option<Coalesce> {
-        if self.coalesce.is_empty() {
-            return None;
-        }
-        self.coalesce
-            .get(workflow)?
-            .iter()
-            .find(|(channel, event_type, _)| {
-                *channel == event.channel && *event_type == event.event_type
-            })
-            .map(|(_, _, window)| *window)
-    }
-}
+pub use crate::config::FlowConfig;
 
 /// The `flow_gates` key of a source's rate.
 fn source_key(source: &str) -> String {
@@ -278,7 +203,7 @@ impl<'a> Gate<'a> {
             self.members.push(Member {
                 run_id: run_id.clone(),
                 intake_id: delivery.intake_id.to_string(),
-                version: version_of(&event.payload),
+                version: crate::event_version::version_of(&event.payload),
                 joined_at: self.now,
             });
             return Admit::Join { run_id, due_at };
@@ -383,21 +308,6 @@ impl<'a> Gate<'a> {
     }
 }
 
-/// The provider's own time of an event, where the adapter recorded one (a Zendesk event's
-/// `occurred_at`, a CloudEvent's `time`, else a ticket's `updated_at`), as fixed-width UTC
-/// with nanoseconds so versions order as text.
-pub fn version_of(payload: &serde_json::Value) -> Option<String> {
-    let text = ["occurred_at", "time", "updated_at"]
-        .iter()
-        .find_map(|key| payload.get(key)?.as_str())?;
-    let time = chrono::DateTime::parse_from_rfc3339(text).ok()?;
-    Some(
-        time.with_timezone(&chrono::Utc)
-            .format("%Y-%m-%dT%H:%M:%S%.9fZ")
-            .to_string(),
-    )
-}
-
 /// Seconds a sender should wait before retrying at `retry_at` (at least 1).
 pub fn retry_after(retry_at: Millis, now: Millis) -> u64 {
     u64::try_from((retry_at - now).max(1))
@@ -407,49 +317,7 @@ pub fn retry_after(retry_at: Millis, now: Millis) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-    use switchyard_core::{Channel, Event};
-
     use super::*;
-
-    fn event(payload: serde_json::Value) -> Event {
-        Event {
-            channel: Channel::Webhook,
-            event_type: "ticket.updated".into(),
-            tenant_id: "acme".into(),
-            target_entity_id: "T-1".into(),
-            payload,
-            raw_ref: String::new(),
-        }
-    }
-
-    #[test]
-    fn provider_times_order_as_text_whatever_their_precision_or_zone() {
-        let times = [
-            "2026-01-05T10:01:00Z",
-            "2026-01-05T10:01:00.5Z",
-            "2026-01-05T11:01:00.6+01:00",
-            "2026-01-05T10:05:00.672717030Z",
-        ];
-        let versions: Vec<String> = times
-            .iter()
-            .map(|t| version_of(&json!({ "updated_at": t })).expect("a time"))
-            .collect();
-        let mut sorted = versions.clone();
-        sorted.sort();
-        assert_eq!(versions, sorted, "chronological order is text order");
-        assert_eq!(versions[3], "2026-01-05T10:05:00.672717030Z");
-        // Zendesk's event time outranks the ticket's; no time, no version.
-        let both = event(
-            json!({"occurred_at": "2026-01-05T10:00:00Z", "updated_at": "2027-01-01T00:00:00Z"}),
-        );
-        assert_eq!(
-            version_of(&both.payload).as_deref(),
-            Some("2026-01-05T10:00:00.000000000Z")
-        );
-        assert_eq!(version_of(&json!({"updated_at": "yesterday"})), None);
-        assert_eq!(version_of(&json!({})), None);
-    }
 
     #[test]
     fn retry_after_rounds_up_to_whole_seconds_and_is_at_least_one() {

@@ -27,7 +27,7 @@ use crate::config::DatabaseConfig;
 use crate::dispatcher::Wake;
 use crate::live::LiveConfig;
 use crate::store::{MAX_KEY_LEN, MAX_RAW_REF_LEN};
-pub use flow::{FlowConfig, version_of};
+pub use flow::FlowConfig;
 pub use health::WriterStatus;
 use health::{Signals, WriterHealth};
 

@@ -2,7 +2,7 @@
 //!
 //! `intake.delivery` wraps an intake endpoint from receive to answer (a middleware, so every
 //! endpoint, present or future, gets it by being measured); the context it stores travels to
-//! the handler's [`crate::intake::Delivery`] through a task-local. `intake.batch_commit` is a
+//! the handler's `intake::Delivery` through a task-local. `intake.batch_commit` is a
 //! writer's transaction; `dispatch.attempt` one delivery of a run to its target.
 
 use std::cell::RefCell;
@@ -17,7 +17,6 @@ use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{TARGET, TraceContext, TraceParent, enabled, parse_traceparent};
-use crate::intake::Delivery;
 
 tokio::task_local! {
     /// The trace context of the delivery being received on this task.
@@ -171,22 +170,26 @@ fn source_name(path: &str) -> &str {
     }
 }
 
-/// The `intake.batch_commit` span of a writer's transaction over `deliveries`, while tracing
-/// is on and one of them is in a recorded trace: a child of the first recorded delivery span
-/// (so the commit shows in that trace), linking to every delivery span of the batch.
-pub fn batch_commit(deliveries: &[&Delivery]) -> Option<tracing::Span> {
+/// The `intake.batch_commit` span of a writer's transaction over `size` deliveries with these
+/// trace contexts, while tracing is on and one of them is in a recorded trace: a child of the
+/// first recorded delivery span (so the commit shows in that trace), linking to every
+/// delivery span of the batch.
+pub fn batch_commit<'a>(
+    size: usize,
+    traces: impl IntoIterator<Item = &'a TraceContext>,
+) -> Option<tracing::Span> {
     if !enabled() {
         return None;
     }
-    let parents: Vec<TraceParent> = deliveries
-        .iter()
-        .filter_map(|d| d.trace.as_ref()?.parent())
+    let parents: Vec<TraceParent> = traces
+        .into_iter()
+        .filter_map(TraceContext::parent)
         .collect();
     let first = parents.iter().find(|parent| parent.sampled())?;
     let span = tracing::info_span!(
         target: TARGET,
         "intake.batch_commit",
-        batch.size = deliveries.len(),
+        batch.size = size,
         batch.traced = parents.len(),
     );
     let _ = span.set_parent(remote(first, None));

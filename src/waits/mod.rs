@@ -11,13 +11,11 @@
 //!   `unauthorized_source` or `resumed`.
 //! - [`timers`]: the background task that has the store fire due waits (`on_timeout`: fail or
 //!   resume).
-//! - [`message`]: what a `switchyard.run.resume` message carries.
 //!
 //! *Invariant: a wait ends once* (`switchyard_store::waits`): every change to a wait is a
 //! conditional update from `open` inside the transaction that writes its effects, so racing
 //! resumes, timers on several replicas and a resume racing the opening resolve in the database.
 
-pub mod message;
 pub mod open;
 pub mod resume;
 pub mod timers;

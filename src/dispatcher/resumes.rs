@@ -23,7 +23,7 @@ pub async fn resumes_of(
         .await?
         .into_iter()
         .map(|(dispatch_id, (w, row))| {
-            let event = row.and_then(crate::dispatcher::message::event_of);
+            let event = row.and_then(super::message::event_of);
             (
                 dispatch_id,
                 ResumeInfo {
