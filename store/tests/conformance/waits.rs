@@ -114,7 +114,11 @@ async fn opening_a_wait_puts_the_run_in_needs_input_and_holds_the_lease_past_the
             .open_wait(&r.run.id, &new, now + 1)
             .await
             .expect("open");
-        assert_eq!(waits_of(store, &r).await, [wait.clone()], "{backend:?}");
+        assert_eq!(
+            waits_of(store, &r).await,
+            std::slice::from_ref(&wait),
+            "{backend:?}"
+        );
         assert_eq!(
             (wait.status, wait.deadline, wait.token_hash.as_str()),
             (WaitStatus::Open, now + WAIT_MS, new.token_hash.as_str())
@@ -324,7 +328,7 @@ async fn a_due_wait_on_timeout_fail_expires_and_fails_its_run_once() {
         );
         assert_eq!(
             store.due_waits(deadline, 10).await.expect("due"),
-            [wait.clone()]
+            std::slice::from_ref(&wait)
         );
         let fired = store.fire_wait(&wait, HOOK, deadline).await.expect("fire");
         assert_eq!(fired, Some(WaitEnd::Failed), "{backend:?}");
