@@ -110,6 +110,9 @@ impl Revision {
     }
 }
 
+/// The `flow_gates` row that [`record`]s take turns on.
+const REVISIONS_GATE: &str = "config_revisions";
+
 /// Records that the revision `hash` is in force from `now`: closes the open revision and opens
 /// this one, unless it is already the one in force (an unchanged reload records nothing).
 /// Returns whether a new row was written.
@@ -120,6 +123,10 @@ pub async fn record(
     now: i64,
 ) -> Result<bool, DbErr> {
     let txn = crate::runs::begin_write(db).await?;
+    // Replicas recording at once take turns: locking the open rows serialises nothing when
+    // there are none (the first start), and on PostgreSQL a waiter's read misses the row the
+    // first one inserted, so both would write.
+    crate::ceilings::lock_gate(&txn, REVISIONS_GATE, now).await?;
     let open = config_revision::Entity::find()
         .filter(config_revision::Column::InForceUntil.is_null())
         .order_by_desc(config_revision::Column::Id)

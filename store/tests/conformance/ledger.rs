@@ -1,5 +1,13 @@
-//! Conformance of the ledger operations (intake rows, raw bytes, revisions, replays, retention).
+//! Conformance of the ledger operations: opening and migrating, the ledger's pages and rows
+//! with their tenant filters, raw bytes byte for byte, message claims and the console's counts.
 
+use std::collections::BTreeSet;
+
+use switchyard_store::entities::raw_delivery;
+use switchyard_store::entities::run::RunStatus;
+use switchyard_store::ledger::Filter;
+
+use crate::fixtures::*;
 use crate::harness::{Backend, TestStore};
 
 /// Every backend opens, migrates, answers a ping, and says whether it is the embedded file.
@@ -15,5 +23,279 @@ async fn every_backend_opens_migrated_and_answers() {
         );
         // Migrating twice is a no-op.
         test.store.migrate().await.expect("migrate again");
+    }
+}
+
+fn ids(rows: &[switchyard_store::entities::intake::Model]) -> Vec<&str> {
+    rows.iter().map(|r| r.id.as_str()).collect()
+}
+
+#[tokio::test]
+async fn ledger_pages_are_newest_first_filtered_by_tenant_and_paged_by_cursor() {
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let now = start();
+        let rows = [
+            ledger_row(
+                &id_at(now - 3_000),
+                Some("acme"),
+                "routed",
+                None,
+                now - 3_000,
+            ),
+            ledger_row(
+                &id_at(now - 2_000),
+                Some("globex"),
+                "routed",
+                None,
+                now - 2_000,
+            ),
+            ledger_row(
+                &id_at(now - 1_000),
+                Some("acme"),
+                "no_match",
+                None,
+                now - 1_000,
+            ),
+            ledger_row(&id_at(now), None, "unauthenticated", None, now),
+        ];
+        insert_ledger(store, &rows).await;
+        let every = store
+            .ledger_page(Filter::default(), 10)
+            .await
+            .expect("page");
+        assert_eq!(
+            ids(&every),
+            [&rows[3].id, &rows[2].id, &rows[1].id, &rows[0].id].map(String::as_str),
+            "{backend:?}"
+        );
+        assert_eq!(every[0], rows[3], "{backend:?}: read back as stored");
+        let next = Filter {
+            before: Some(rows[2].id.as_str()),
+            ..Filter::default()
+        };
+        assert_eq!(
+            ids(&store.ledger_page(next, 1).await.expect("next")),
+            [rows[1].id.as_str()]
+        );
+        let acme = ["acme".to_owned()];
+        let of_acme = Filter {
+            tenants: Some(&acme),
+            ..Filter::default()
+        };
+        assert_eq!(
+            ids(&store.ledger_page(of_acme, 10).await.expect("acme")),
+            [rows[2].id.as_str(), rows[0].id.as_str()]
+        );
+        let routed_in_window = Filter {
+            outcome: Some("routed"),
+            since: Some(now - 2_500),
+            until: Some(now),
+            ..Filter::default()
+        };
+        assert_eq!(
+            ids(&store
+                .ledger_page(routed_in_window, 10)
+                .await
+                .expect("window")),
+            [rows[1].id.as_str()]
+        );
+        let none = Filter {
+            tenants: Some(&[]),
+            ..Filter::default()
+        };
+        assert!(store.ledger_page(none, 10).await.expect("none").is_empty());
+
+        assert_eq!(
+            store
+                .ledger_row(&rows[0].id, Some(&acme))
+                .await
+                .expect("row"),
+            Some(rows[0].clone())
+        );
+        assert_eq!(
+            store
+                .ledger_row(&rows[1].id, Some(&acme))
+                .await
+                .expect("row"),
+            None
+        );
+        // A row without a tenant is seen only by a caller limited to none.
+        assert_eq!(
+            store
+                .ledger_row(&rows[3].id, Some(&acme))
+                .await
+                .expect("row"),
+            None
+        );
+        assert!(
+            store
+                .ledger_row(&rows[3].id, None)
+                .await
+                .expect("row")
+                .is_some()
+        );
+    }
+}
+
+#[tokio::test]
+async fn raw_deliveries_read_back_byte_for_byte_and_a_pruned_one_is_told_apart() {
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let now = start();
+        let kept = id_at(now);
+        let pruned = id_at(now + 1);
+        let mut rows = [
+            ledger_row(&kept, Some("acme"), "routed", None, now),
+            ledger_row(&pruned, Some("acme"), "routed", None, now + 1),
+        ];
+        for row in &mut rows {
+            row.raw_ref = Some(format!("raw:{}", row.id));
+        }
+        insert_ledger(store, &rows).await;
+        let raw = raw_delivery::Model {
+            id: kept.clone(),
+            source: "github".into(),
+            content_type: "application/octet-stream".into(),
+            body: vec![0, 159, 146, 150, 255, b'\n', 0],
+            received_at: now,
+        };
+        use sea_orm::EntityTrait;
+        raw_delivery::Entity::insert(raw_delivery::ActiveModel::from(raw.clone()))
+            .exec_without_returning(store.connection())
+            .await
+            .expect("insert raw");
+        assert_eq!(
+            store.raw_delivery(&kept).await.expect("raw"),
+            Some(raw.clone()),
+            "{backend:?}"
+        );
+        assert_eq!(store.raw_delivery(&pruned).await.expect("raw"), None);
+        let found = store
+            .raw_deliveries(&[kept.as_str(), pruned.as_str()])
+            .await
+            .expect("raws");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[&kept], raw);
+        assert!(
+            store.raw_was_pruned(&pruned).await.expect("pruned"),
+            "{backend:?}"
+        );
+        assert!(!store.raw_was_pruned("no-such-row").await.expect("missing"));
+        let unstored = id_at(now + 2);
+        insert_ledger(
+            store,
+            &[ledger_row(&unstored, None, "routed", None, now + 2)],
+        )
+        .await;
+        assert!(!store.raw_was_pruned(&unstored).await.expect("never stored"));
+    }
+}
+
+#[tokio::test]
+async fn message_claims_find_the_routed_row_of_each_source_and_key() {
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let now = start();
+        let mut claimed = ledger_row(&id_at(now), Some("acme"), "routed", None, now);
+        claimed.message_key = Some("C1:1700000000.000100".into());
+        let mut elsewhere = ledger_row(&id_at(now + 1), Some("acme"), "routed", None, now + 1);
+        elsewhere.source = "slack-other".into();
+        elsewhere.message_key = Some("C1:1700000000.000200".into());
+        insert_ledger(store, &[claimed.clone(), elsewhere]).await;
+        let found = store
+            .message_claims(&[
+                ("github", "C1:1700000000.000100"),
+                ("github", "C1:1700000000.000200"),
+                ("github", "C9:none"),
+            ])
+            .await
+            .expect("claims");
+        assert_eq!(found.len(), 1, "{backend:?}: {found:?}");
+        assert_eq!(
+            found[&("github".to_owned(), "C1:1700000000.000100".to_owned())],
+            claimed
+        );
+    }
+}
+
+#[tokio::test]
+async fn outcome_and_run_status_counts_group_by_workflow_for_the_tenants_asked() {
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let now = start();
+        let mut rows = vec![
+            ledger_row(
+                &id_at(now - 60_000),
+                Some("acme"),
+                "routed",
+                Some("run-old"),
+                now - 60_000,
+            ),
+            ledger_row(&id_at(now), Some("acme"), "routed", Some("run-1"), now),
+            ledger_row(
+                &id_at(now + 1),
+                Some("acme"),
+                "routed",
+                Some("run-2"),
+                now + 1,
+            ),
+            ledger_row(&id_at(now + 2), Some("acme"), "no_match", None, now + 2),
+            ledger_row(
+                &id_at(now + 3),
+                Some("globex"),
+                "routed",
+                Some("run-3"),
+                now + 3,
+            ),
+        ];
+        rows[4].workflow_id = Some("billing".into());
+        insert_ledger(store, &rows).await;
+        let acme = ["acme".to_owned()];
+        let counts: BTreeSet<_> = store
+            .outcome_counts(Some(&acme), now)
+            .await
+            .expect("counts")
+            .into_iter()
+            .collect();
+        let expected: BTreeSet<_> = [
+            (Some(WORKFLOW.to_owned()), "routed".to_owned(), 2),
+            (None, "no_match".to_owned(), 1),
+        ]
+        .into();
+        assert_eq!(counts, expected, "{backend:?}");
+        assert_eq!(store.outcome_counts(None, now).await.expect("all").len(), 3);
+        assert!(
+            store
+                .outcome_counts(Some(&[]), now)
+                .await
+                .expect("none")
+                .is_empty()
+        );
+
+        let all = many(store, 1..4, HOOK, now).await;
+        set_run_status(store, &all[0].run.id, RunStatus::Superseded, now).await;
+        routed(store, 9, "billing", HOOK, now).await;
+        let counts: BTreeSet<_> = store
+            .run_status_counts(Some(&acme), now)
+            .await
+            .expect("run counts")
+            .into_iter()
+            .collect();
+        let expected: BTreeSet<_> = [
+            (WORKFLOW.to_owned(), "queued".to_owned(), 2),
+            (WORKFLOW.to_owned(), "superseded".to_owned(), 1),
+            ("billing".to_owned(), "queued".to_owned(), 1),
+        ]
+        .into();
+        assert_eq!(counts, expected, "{backend:?}");
+        let globex = ["globex".to_owned()];
+        assert!(
+            store
+                .run_status_counts(Some(&globex), now)
+                .await
+                .expect("globex")
+                .is_empty()
+        );
     }
 }

@@ -3,9 +3,17 @@
 //! missing database server is a failure, never a skip.
 
 #[allow(dead_code)] // Each area uses the parts it needs.
+mod fixtures;
+#[allow(dead_code)] // Each area uses the parts it needs.
 mod harness;
 
+mod bounded;
+mod ceilings;
 mod intake;
 mod ledger;
+mod mailbox;
 mod outbox;
+mod retention;
+mod revisions;
 mod runs;
+mod waits;

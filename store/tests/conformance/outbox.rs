@@ -2,6 +2,8 @@
 //! two stores of one database), records, redispatch and leases, the keep-alive, the reads.
 
 mod claims;
-mod fixtures;
 mod leases;
 mod records;
+
+/// The shared fixtures, under the name the outbox's modules use.
+use crate::fixtures;

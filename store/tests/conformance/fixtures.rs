@@ -1,10 +1,10 @@
-//! Rows for the outbox's tests, written with the entities: routed runs with their lease and
+//! Rows for the conformance tests, written with the entities: routed runs with their lease and
 //! pending dispatch, and reads of what the operations left.
 
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use switchyard_store::entities::dispatch::{self, DispatchStatus};
 use switchyard_store::entities::run::{self, RunStatus};
-use switchyard_store::entities::{dispatch_attempt, entity_lock, run_history};
+use switchyard_store::entities::{dispatch_attempt, entity_lock, intake, run_history};
 use switchyard_store::outbox::{ClaimedRun, PullTarget, Recorded, Verdict};
 use switchyard_store::{Millis, Store};
 
@@ -31,8 +31,20 @@ pub struct Routed {
 /// Inserts run `n` of `workflow` (queued, holding its entity's lease with fencing token 1
 /// until `now + TTL`) and its dispatch to `target`, pending and due at `now`.
 pub async fn routed(store: &Store, n: usize, workflow: &str, target: &str, now: Millis) -> Routed {
+    routed_as(store, &format!("run-{n:05}"), n, workflow, target, now).await
+}
+
+/// [`routed`], with the run id `id` (a UUIDv7 for retention, which reads its age from it).
+pub async fn routed_as(
+    store: &Store,
+    id: &str,
+    n: usize,
+    workflow: &str,
+    target: &str,
+    now: Millis,
+) -> Routed {
     let run = run::Model {
-        id: format!("run-{n:05}"),
+        id: id.to_owned(),
         tenant_id: "acme".into(),
         workflow_id: workflow.into(),
         target_entity_id: format!("ticket-{n:05}"),
@@ -220,4 +232,77 @@ pub async fn set_claim(store: &Store, dispatch_id: &str, owner: &str, attempts: 
         .exec(store.connection())
         .await
         .expect("set claim");
+}
+
+/// Sets one column of a run, as the routing or an earlier step would have.
+pub async fn set_run_column(
+    store: &Store,
+    run_id: &str,
+    column: run::Column,
+    value: sea_orm::Value,
+) {
+    run::Entity::update_many()
+        .col_expr(column, value.into())
+        .filter(run::Column::Id.eq(run_id))
+        .exec(store.connection())
+        .await
+        .expect("set run column");
+}
+
+/// A UUIDv7 made at `millis`: an id retention and the ledger read its age from.
+pub fn id_at(millis: Millis) -> String {
+    let millis = u64::try_from(millis).expect("a time after 1970");
+    let at = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        millis / 1000,
+        (millis % 1000) as u32 * 1_000_000,
+    );
+    uuid::Uuid::new_v7(at).to_string()
+}
+
+/// A ledger row `id` of `tenant` received and decided at `at` with `outcome`, routed to
+/// `run_id` when it has one; its delivery id is its id.
+pub fn ledger_row(
+    id: &str,
+    tenant: Option<&str>,
+    outcome: &str,
+    run_id: Option<&str>,
+    at: Millis,
+) -> intake::Model {
+    intake::Model {
+        id: id.to_owned(),
+        source: "github".into(),
+        delivery_id: id.to_owned(),
+        scope: String::new(),
+        outcome: outcome.into(),
+        detail: None,
+        channel: Some("github".into()),
+        event_type: Some("issues.opened".into()),
+        tenant_id: tenant.map(str::to_owned),
+        target_entity_id: Some("ticket-1".into()),
+        payload: Some("{}".into()),
+        raw_ref: None,
+        run_id: run_id.map(str::to_owned),
+        workflow_id: run_id.map(|_| WORKFLOW.to_owned()),
+        held_by_run_id: None,
+        message_key: None,
+        config_revision: "rev-1".into(),
+        received_at: at,
+        decided_at: at,
+        traceparent: None,
+        tracestate: None,
+        shadow: None,
+        replay_id: None,
+        replay_of: None,
+    }
+}
+
+/// Inserts ledger rows as the intake writer would have.
+pub async fn insert_ledger(store: &Store, rows: &[intake::Model]) {
+    for row in rows {
+        intake::Entity::insert(intake::ActiveModel::from(row.clone()))
+            .exec_without_returning(store.connection())
+            .await
+            .expect("insert ledger row");
+    }
 }
