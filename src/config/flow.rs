@@ -29,8 +29,7 @@ impl RatesConfig {
     pub fn problems(&self, sources: &[SourceConfig], workflows: &[WorkflowConfig]) -> Vec<String> {
         let mut problems = Vec::new();
         for name in self.source.keys() {
-            let known =
-                name == super::API_SOURCE || sources.iter().any(|s| s.name() == name);
+            let known = name == super::API_SOURCE || sources.iter().any(|s| s.name() == name);
             if !known {
                 problems.push(format!(
                     "rates.source.{name}: no source is named `{name}` (the sources are the \

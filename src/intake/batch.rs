@@ -91,7 +91,9 @@ impl Batch for DeliveryBatch {
     fn starting(&mut self) {
         let span = crate::telemetry::batch_commit(
             self.pending.len(),
-            self.pending.iter().filter_map(|p| p.delivery.trace.as_ref()),
+            self.pending
+                .iter()
+                .filter_map(|p| p.delivery.trace.as_ref()),
         );
         self.started = Some((Instant::now(), span));
     }

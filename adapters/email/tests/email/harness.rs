@@ -169,9 +169,17 @@ pub async fn client(server: &(String, u16)) -> Client {
     client.login(USER, PASSWORD).await.map_err(|e| e.0).unwrap()
 }
 
-/// Deletes `mailbox` if it exists and creates it anew (a new UIDVALIDITY).
+/// Deletes `mailbox` if it exists and creates it anew (a new UIDVALIDITY). Dovecot can refuse
+/// a DELETE while a session of an earlier test still has the mailbox selected (seen once in
+/// `.ci/run`: the CREATE after it answered ALREADYEXISTS), so a refused pair is tried again.
 pub async fn recreate(client: &mut Client, mailbox: &str) {
-    let _ = client.delete(mailbox).await;
+    for _ in 0..20 {
+        let _ = client.delete(mailbox).await;
+        if client.create(mailbox).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     client.create(mailbox).await.unwrap();
 }
 
