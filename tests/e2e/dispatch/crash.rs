@@ -1,4 +1,4 @@
-//! 5. A crash mid-delivery, and a backlog behind a slow worker: every run delivered, once.
+//! A crash mid-delivery, and a backlog behind a slow worker: every run delivered, once.
 
 use super::*;
 

@@ -1,4 +1,4 @@
-//! 3. Dead letters and redispatch.
+//! Dead letters and redispatch.
 
 use super::*;
 

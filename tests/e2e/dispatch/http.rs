@@ -1,4 +1,4 @@
-//! 1. A signed run reaches an HTTP worker that verifies it (and the test's own verifier
+//! A signed run reaches an HTTP worker that verifies it (and the test's own verifier
 //! refuses what it must).
 
 use super::*;

@@ -1,4 +1,4 @@
-//! 4. NATS JetStream: a `nats-server` of the test's own, and each run published once.
+//! NATS JetStream: a `nats-server` of the test's own, and each run published once.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

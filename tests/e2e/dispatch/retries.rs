@@ -1,4 +1,4 @@
-//! 2. Retries: a worker down for the first attempts, and a drained backlog.
+//! Retries: a worker down for the first attempts, and a drained backlog.
 
 use super::*;
 
