@@ -1,7 +1,11 @@
 //! The transitions as values: what each one changes, from what, for a given row.
 
 use super::*;
-use crate::outbox::{PullTarget, Recorded, Verdict};
+use crate::Millis;
+use crate::entities::dispatch::{self, DispatchStatus};
+use crate::entities::run::{self, RunStatus};
+use crate::entities::{entity_lock, run_history};
+use crate::outbox::{ClaimedRun, PULL_CLAIMANT, PullTarget, Recorded, Verdict};
 
 const NOW: Millis = 1_700_000_000_000;
 
