@@ -61,6 +61,14 @@ pub struct BenchArgs {
     /// Existing database to connect to for CREATE/DROP DATABASE.
     #[arg(long, default_value = "test")]
     pub postgres_admin_db: String,
+    /// MariaDB/MySQL server (without a database name) for `--backends mysql`; a fresh database
+    /// is created per run, through the database `test`.
+    #[arg(
+        long,
+        env = "SWITCHYARD_BENCH_MYSQL",
+        default_value = "mysql://root@127.0.0.1:3306"
+    )]
+    pub mysql_url: String,
     /// The daemon's log filter (RUST_LOG). `info` logs one line per decided delivery, as an
     /// operator's default does.
     #[arg(long, default_value = "info")]
@@ -143,6 +151,8 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
 pub enum Backend {
     Sqlite,
     Postgres,
+    /// MariaDB or MySQL (`--mysql-url`); measured in `--dispatch` mode only.
+    Mysql,
 }
 
 impl Backend {
@@ -150,6 +160,7 @@ impl Backend {
         match self {
             Backend::Sqlite => "SQLite",
             Backend::Postgres => "PostgreSQL",
+            Backend::Mysql => "MariaDB",
         }
     }
 }

@@ -55,6 +55,12 @@ pub async fn run(
     let mut database = async |name: &str| -> anyhow::Result<String> {
         Ok(match backend {
             Backend::Sqlite => sqlite_url(&dir.path().join(format!("{name}.db"))),
+            Backend::Mysql => {
+                let db = TempDatabase::create(&args.mysql_url, "test", name).await?;
+                let url = db.url.clone();
+                databases.push(db);
+                url
+            }
             Backend::Postgres => {
                 let db =
                     TempDatabase::create(&args.postgres_url, &args.postgres_admin_db, name).await?;

@@ -38,6 +38,7 @@ impl Target {
             (Target::Bare, _) => "bare axum",
             (Target::Insert, Backend::Sqlite) => "SQLite insert/req",
             (Target::Insert, Backend::Postgres) => "PostgreSQL insert/req",
+            (Target::Insert, Backend::Mysql) => "MariaDB insert/req",
         }
     }
 }
@@ -76,6 +77,9 @@ pub struct BackendResult {
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.backends.contains(&Backend::Mysql) && (args.dispatch.is_empty() || args.no_load) {
+        anyhow::bail!("--backends mysql is measured with --dispatch only");
+    }
     let binary = daemon_binary(&args)?;
     report::print_header(&args, &binary);
     if let (false, Some(seed)) = (args.no_load, args.replay) {
@@ -123,6 +127,7 @@ impl Databases {
                 dir,
                 postgres: Vec::new(),
             },
+            Backend::Mysql => anyhow::bail!("--backends mysql is measured with --dispatch only"),
             Backend::Postgres => {
                 let daemon =
                     TempDatabase::create(&args.postgres_url, &args.postgres_admin_db, "daemon")
@@ -246,7 +251,7 @@ async fn run_backend_on(
         std::fs::create_dir_all(&dir)?;
         let url = match backend {
             Backend::Sqlite => sqlite_url(&dir.join("switchyard.db")),
-            Backend::Postgres => databases.baseline.clone(),
+            Backend::Postgres | Backend::Mysql => databases.baseline.clone(),
         };
         let flow = start_daemon(
             args,
@@ -268,7 +273,9 @@ async fn run_backend_on(
                 .await?
             }
             // The daemon's default pool size on PostgreSQL.
-            Backend::Postgres => start_baseline("postgres", &databases.baseline, 16).await?,
+            Backend::Postgres | Backend::Mysql => {
+                start_baseline("postgres", &databases.baseline, 16).await?
+            }
         };
         servers.push((Target::Insert, insert));
     }

@@ -1,4 +1,4 @@
-//! Throwaway PostgreSQL databases: one per run, created and dropped by the bench.
+//! Throwaway PostgreSQL (and MariaDB) databases: one per run, created and dropped by the bench.
 
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,7 @@ async fn connect_admin(
     let admin_url = format!("{}/{admin_db}", server_url.trim_end_matches('/'));
     let admin = Database::connect(&admin_url)
         .await
-        .with_context(|| format!("cannot connect to PostgreSQL at {admin_url}"))?;
+        .with_context(|| format!("cannot connect to the database server at {admin_url}"))?;
     Ok((admin_url, admin))
 }
 
@@ -56,15 +56,17 @@ impl TempDatabase {
         })
     }
 
-    /// `DROP DATABASE ... WITH (FORCE)`; failures are reported, not fatal.
+    /// `DROP DATABASE` (`WITH (FORCE)` on PostgreSQL); failures are reported, not fatal.
     pub async fn drop_database(self) {
+        let force = if self.admin_url.starts_with("postgres") {
+            " WITH (FORCE)"
+        } else {
+            ""
+        };
         let result = async {
             let admin = Database::connect(&self.admin_url).await?;
             admin
-                .execute_unprepared(&format!(
-                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                    self.name
-                ))
+                .execute_unprepared(&format!("DROP DATABASE IF EXISTS {}{force}", self.name))
                 .await?;
             admin.close().await
         }

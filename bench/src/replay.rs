@@ -50,6 +50,7 @@ pub async fn run(
     let mut postgres = None;
     let url = match backend {
         Backend::Sqlite => sqlite_url(&dir.path().join("switchyard.db")),
+        Backend::Mysql => anyhow::bail!("--backends mysql is measured with --dispatch only"),
         Backend::Postgres => {
             let database =
                 TempDatabase::create(&args.postgres_url, &args.postgres_admin_db, "replay").await?;
