@@ -3,7 +3,7 @@
 mod flow;
 mod intake;
 mod ledger;
-pub(crate) mod outbox;
+mod outbox;
 mod runs;
 
 use crate::connect::Options;

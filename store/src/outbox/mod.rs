@@ -24,6 +24,7 @@ mod pull;
 mod read;
 pub(crate) mod record;
 mod redispatch;
+pub(crate) mod skip_locked;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait};
 
@@ -64,7 +65,6 @@ pub async fn history<C: ConnectionTrait>(
 fn pooled(db: &DatabaseConnection) -> &'static dyn OutboxDriver {
     match db.get_database_backend() {
         DbBackend::Sqlite => &crate::sqlite::outbox::Statements,
-        DbBackend::Postgres => &crate::postgres::outbox::Statements,
-        _ => &crate::mysql::outbox::Statements,
+        _ => &skip_locked::SkipLocked,
     }
 }

@@ -6,7 +6,7 @@ mod batch;
 mod flow;
 mod intake;
 mod ledger;
-pub(crate) mod outbox;
+mod outbox;
 mod runs;
 
 use crate::connect::Options;
