@@ -165,12 +165,13 @@ pub trait Batch: Send {
 
 /// Where a writer takes its batches from: the daemon's queue of deliveries, one per writer.
 #[async_trait::async_trait]
-pub trait Batches: Send {
+pub trait Batches: Send + Sync {
     /// The next batch: waits for a delivery, then takes what else is queued (up to the
     /// batch's bound). `None` once every sender is gone.
     async fn next(&mut self) -> Option<Box<dyn Batch>>;
 
-    /// Another batch is already queued (a writer may then begin its transaction early).
+    /// Another batch is already queued (a writer may then begin its transaction early); asked
+    /// at the commit, so that deliveries that arrived during the batch count.
     fn more_waiting(&self) -> bool;
 
     /// A batch panicked (its senders were answered 503 by dropping it).

@@ -23,6 +23,10 @@ use super::{Batch, Batches, Committed, Failure, Found, Keys, Writes};
 use crate::Millis;
 use crate::entities::entity_lock;
 
+/// Whether another batch is queued behind this one, asked at the commit (PostgreSQL's writer
+/// then sends the next `BEGIN` with this `COMMIT`).
+pub(crate) type MoreWaiting<'a> = &'a (dyn Fn() -> bool + Send + Sync);
+
 /// One batch transaction's steps on one database.
 pub(crate) trait Steps {
     type Error;
@@ -77,12 +81,12 @@ pub(crate) async fn decide_batch<S: Steps>(
 
 /// A writer on one database: commits one batch (retrying a lost race itself).
 pub(crate) trait Writer {
-    /// Begins, decides ([`decide_batch`]) and commits `batch`; `more_waiting` says whether
-    /// another batch is queued behind it.
+    /// Begins, decides ([`decide_batch`]) and commits `batch`; `more_waiting` says, when asked
+    /// at the commit, whether another batch is queued behind it.
     async fn commit(
         &mut self,
         batch: &mut dyn Batch,
-        more_waiting: bool,
+        more_waiting: MoreWaiting<'_>,
     ) -> Result<Committed, Failure>;
 }
 
@@ -91,7 +95,7 @@ pub(crate) trait Writer {
 pub(crate) async fn decide<W: Writer>(
     writer: &mut W,
     mut batch: Box<dyn Batch>,
-    more_waiting: bool,
+    more_waiting: MoreWaiting<'_>,
 ) {
     batch.starting();
     match writer.commit(batch.as_mut(), more_waiting).await {
@@ -111,8 +115,8 @@ pub(crate) async fn decide<W: Writer>(
 pub(crate) async fn serve<W: Writer>(writer: &mut W, mut batches: Box<dyn Batches>) {
     use futures::FutureExt;
     while let Some(batch) = batches.next().await {
-        let more_waiting = batches.more_waiting();
-        let decided = std::panic::AssertUnwindSafe(decide(writer, batch, more_waiting))
+        let more_waiting = || batches.more_waiting();
+        let decided = std::panic::AssertUnwindSafe(decide(writer, batch, &more_waiting))
             .catch_unwind()
             .await;
         if decided.is_err() {

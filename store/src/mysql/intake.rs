@@ -44,7 +44,7 @@ impl order::Writer for MySqlWriter {
     async fn commit(
         &mut self,
         batch: &mut dyn Batch,
-        _more_waiting: bool,
+        _more_waiting: crate::intake::order::MoreWaiting<'_>,
     ) -> Result<Committed, Failure> {
         let mut attempt = 0;
         loop {

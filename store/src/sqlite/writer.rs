@@ -102,7 +102,7 @@ fn run(mut conn: Connection, mut batches: Box<dyn Batches>, checkpoints: Nudge, 
             Some(None) => break,
             None => None,
         };
-        let more_waiting = batches.more_waiting();
+        let more_waiting = || batches.more_waiting();
         let mut writer = SqliteWriter {
             conn: &mut conn,
             riders: Some(riders.take()),
@@ -111,7 +111,7 @@ fn run(mut conn: Connection, mut batches: Box<dyn Batches>, checkpoints: Nudge, 
         // leaves the transaction rolled back; the writer goes on with the next batch.
         let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match batch {
             Some(batch) => {
-                futures::executor::block_on(order::decide(&mut writer, batch, more_waiting))
+                futures::executor::block_on(order::decide(&mut writer, batch, &more_waiting))
             }
             None => writer.riders_alone(),
         }));
@@ -189,7 +189,7 @@ impl Writer for SqliteWriter<'_> {
     async fn commit(
         &mut self,
         batch: &mut dyn Batch,
-        _more_waiting: bool,
+        _more_waiting: order::MoreWaiting<'_>,
     ) -> Result<Committed, Failure> {
         let riders = self.riders.take();
         let mut attempt = 0;

@@ -73,7 +73,7 @@ impl Writer {
     async fn commit_once(
         &mut self,
         batch: &mut dyn Batch,
-        more_waiting: bool,
+        more_waiting: order::MoreWaiting<'_>,
     ) -> Result<Committed, DbErr> {
         // Left by a batch that panicked (a failed one rolled back below).
         if self.txn == Txn::Unfinished {
@@ -133,7 +133,7 @@ impl order::Writer for Writer {
     async fn commit(
         &mut self,
         batch: &mut dyn Batch,
-        more_waiting: bool,
+        more_waiting: order::MoreWaiting<'_>,
     ) -> Result<Committed, Failure> {
         let mut attempt = 0;
         loop {
@@ -154,7 +154,7 @@ async fn commit_batch(
     txn: &mut Txn,
     known_gates: &mut HashSet<String>,
     batch: &mut dyn Batch,
-    more_waiting: bool,
+    more_waiting: order::MoreWaiting<'_>,
 ) -> Result<Committed, DbErr> {
     let now = now_millis();
     let mut steps = PgSteps {
@@ -163,7 +163,7 @@ async fn commit_batch(
         known_gates,
     };
     let committed = order::decide_batch(&mut steps, batch, now).await?;
-    if more_waiting {
+    if more_waiting() {
         simple(conn, COMMIT_AND_BEGIN).await?;
         *txn = Txn::Begun;
     } else {
