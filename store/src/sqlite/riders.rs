@@ -98,46 +98,64 @@ impl Riders {
         }
     }
 
+    /// Offers a rider: `offer` adds it under the lock with its id and answer channel (or
+    /// refuses at once, giving back what it carries), the writer is woken, and the answer is
+    /// awaited. A rider the writer did not take within [`TAKE_WITHIN`] is withdrawn (`withdraw`
+    /// removes it by id and gives back what it carried), unless the writer took it meanwhile.
+    async fn ride<A, B>(
+        &self,
+        offer: impl FnOnce(&mut State, u64, oneshot::Sender<A>) -> Result<(), B>,
+        withdraw: impl FnOnce(&mut State, u64) -> Option<B>,
+    ) -> Result<Result<A, oneshot::error::RecvError>, B> {
+        let (id, mut answer) = {
+            let mut state = self.state();
+            state.next_id += 1;
+            let id = state.next_id;
+            let (tx, rx) = oneshot::channel();
+            offer(&mut state, id, tx)?;
+            (id, rx)
+        };
+        self.wake.notify_one();
+        match tokio::time::timeout(TAKE_WITHIN, &mut answer).await {
+            Ok(answered) => Ok(answered),
+            Err(_) => {
+                let withdrawn = withdraw(&mut self.state(), id);
+                match withdrawn {
+                    Some(back) => Err(back),
+                    None => Ok(answer.await),
+                }
+            }
+        }
+    }
+
     /// Records `attempts` in the writer's next transaction; gives them back when no writer
     /// takes riders, one is a dead letter (those release leases: recorded by the caller), or
     /// the writer did not take them in time or could not record them.
     pub async fn record(&self, attempts: Vec<Recorded>) -> Result<usize, Vec<Recorded>> {
-        let (id, mut answer) = {
-            let mut state = self.state();
-            if !state.open
-                || attempts.is_empty()
-                || attempts
-                    .iter()
-                    .any(|a| matches!(a.verdict, Verdict::DeadLetter { .. }))
-            {
-                return Err(attempts);
-            }
-            state.next_id += 1;
-            let id = state.next_id;
-            let (tx, rx) = oneshot::channel();
-            state.records.push(RecordRider {
-                id,
-                attempts,
-                answer: tx,
-            });
-            (id, rx)
-        };
-        self.wake.notify_one();
-        let answered = match tokio::time::timeout(TAKE_WITHIN, &mut answer).await {
-            Ok(answered) => answered,
-            Err(_) => {
-                // Not taken in time: withdrawn, unless the writer took it meanwhile.
-                let withdrawn = {
-                    let mut state = self.state();
-                    let at = state.records.iter().position(|r| r.id == id);
-                    at.map(|at| state.records.remove(at).attempts)
-                };
-                match withdrawn {
-                    Some(attempts) => return Err(attempts),
-                    None => answer.await,
-                }
-            }
-        };
+        let answered = self
+            .ride(
+                |state, id, answer| {
+                    if !state.open
+                        || attempts.is_empty()
+                        || attempts
+                            .iter()
+                            .any(|a| matches!(a.verdict, Verdict::DeadLetter { .. }))
+                    {
+                        return Err(attempts);
+                    }
+                    state.records.push(RecordRider {
+                        id,
+                        attempts,
+                        answer,
+                    });
+                    Ok(())
+                },
+                |state, id| {
+                    let at = state.records.iter().position(|r| r.id == id)?;
+                    Some(state.records.remove(at).attempts)
+                },
+            )
+            .await?;
         match answered {
             Ok(Ok(applied)) => Ok(applied),
             Ok(Err((why, back))) => {
@@ -160,37 +178,27 @@ impl Riders {
     /// Claims in the writer's next transaction; `None` when no writer takes riders (or it did
     /// not take this one in time).
     pub async fn claim(&self, request: ClaimRequest) -> Option<ClaimAnswer> {
-        let (id, mut answer) = {
-            let mut state = self.state();
-            if !state.open || request.limit == 0 {
-                return None;
-            }
-            state.next_id += 1;
-            let id = state.next_id;
-            let (tx, rx) = oneshot::channel();
-            state.claims.push(ClaimRider {
-                id,
-                request,
-                answer: tx,
-            });
-            (id, rx)
-        };
-        self.wake.notify_one();
-        let answered = match tokio::time::timeout(TAKE_WITHIN, &mut answer).await {
-            Ok(answered) => answered,
-            Err(_) => {
-                // Not taken in time: withdrawn, unless the writer took it meanwhile.
-                let withdrawn = {
-                    let mut state = self.state();
-                    let at = state.claims.iter().position(|c| c.id == id);
-                    at.map(|at| state.claims.remove(at)).is_some()
-                };
-                if withdrawn {
-                    return None;
-                }
-                answer.await
-            }
-        };
+        let answered = self
+            .ride(
+                |state, id, answer| {
+                    if !state.open || request.limit == 0 {
+                        return Err(());
+                    }
+                    state.claims.push(ClaimRider {
+                        id,
+                        request,
+                        answer,
+                    });
+                    Ok(())
+                },
+                |state, id| {
+                    let at = state.claims.iter().position(|c| c.id == id)?;
+                    state.claims.remove(at);
+                    Some(())
+                },
+            )
+            .await
+            .ok()?;
         // A writer that dropped the rider mid-transaction: nothing was claimed for sure.
         Some(answered.unwrap_or_else(|_| Err("the intake writer stopped".into())))
     }
