@@ -149,19 +149,9 @@ impl LockBatch {
             lock_ttl_ms: ttl_ms,
             created_at: now,
             updated_at: now,
-            finished_at: None,
-            // Set by the caller from its delivery (the router never sees one).
-            traceparent: None,
-            tracestate: None,
-            // Set by the caller from the revision (the router knows no principals).
-            config_revision: None,
-            principal_id: None,
-            deadline_at: None,
-            budgets: None,
-            run_usage: None,
-            end_reason: None,
-            worker_version: None,
-            subject_version: None,
+            // Trace context, revision, principal, deadline and budgets are set by the caller
+            // (the router sees no delivery and knows no principals).
+            ..run::Model::default()
         });
         Decision::Routed {
             run_id,

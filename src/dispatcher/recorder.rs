@@ -107,8 +107,7 @@ mod tests {
     use switchyard_store::outbox::Verdict;
     use tokio::sync::mpsc;
 
-    use switchyard_store::entities::dispatch::{self, DispatchStatus};
-    use switchyard_store::entities::run::{self, RunStatus};
+    use switchyard_store::entities::{dispatch, run};
     use switchyard_store::outbox::{ClaimedRun, Recorded};
 
     use super::gather;
@@ -122,22 +121,9 @@ mod tests {
             workflow_id: "triage".into(),
             target_entity_id: format!("ticket-{n}"),
             intake_id: format!("intake-{n}"),
-            status: RunStatus::Queued,
             fencing_token: 1,
             lock_ttl_ms: 60_000,
-            created_at: 0,
-            updated_at: 0,
-            finished_at: None,
-            traceparent: None,
-            tracestate: None,
-            config_revision: None,
-            principal_id: None,
-            deadline_at: None,
-            budgets: None,
-            run_usage: None,
-            end_reason: None,
-            worker_version: None,
-            subject_version: None,
+            ..run::Model::default()
         };
         let dispatch = dispatch::Model {
             id: format!("dispatch-{n}"),
@@ -145,18 +131,10 @@ mod tests {
             tenant_id: "acme".into(),
             workflow_id: "triage".into(),
             target: "worker".into(),
-            status: DispatchStatus::Pending,
             attempts: 1,
             series: 1,
-            due_at: 0,
             claimed_by: Some("replica".into()),
-            claim_token: None,
-            reason: None,
-            last_error: None,
-            created_at: 0,
-            updated_at: 0,
-            delivered_at: None,
-            wait_id: None,
+            ..dispatch::Model::default()
         };
         Recorded {
             claimed: ClaimedRun {

@@ -38,7 +38,7 @@ impl Store {
     }
 
     /// A store over an open pool (`url` and `options` as it was opened with).
-    pub fn over(db: DatabaseConnection, url: &str, options: &Options) -> Self {
+    fn over(db: DatabaseConnection, url: &str, options: &Options) -> Self {
         let backend = match db.get_database_backend() {
             DbBackend::Sqlite => Backend::Sqlite,
             DbBackend::Postgres => Backend::Postgres,

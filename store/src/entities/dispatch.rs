@@ -5,10 +5,13 @@ use serde::Serialize;
 
 /// Where a dispatch is. `Pending` includes rows claimed right now (by a push dispatcher or a
 /// pull worker): their `due_at` is the claim's expiry, after which they may be claimed again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Serialize,
+)]
 #[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
 #[serde(rename_all = "snake_case")]
 pub enum DispatchStatus {
+    #[default]
     #[sea_orm(string_value = "pending")]
     Pending,
     #[sea_orm(string_value = "delivered")]
@@ -31,7 +34,8 @@ impl DispatchStatus {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, DeriveEntityModel)]
+/// `Default` is a pending dispatch with every optional column unset.
+#[derive(Debug, Clone, Default, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "dispatches")]
 pub struct Model {
     /// The dispatch id: the message id on every attempt and every series.

@@ -5,11 +5,14 @@ use serde::Serialize;
 
 /// Where a run is in its life (DESIGN.md section 6). Only active runs (`Queued`, `Dispatched`,
 /// `NeedsInput`) hold (or may hold) an entity lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Serialize,
+)]
 #[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Routed; its dispatch is waiting to be delivered (or retried).
+    #[default]
     #[sea_orm(string_value = "queued")]
     Queued,
     /// Delivered to its worker (pushed, or claimed by a pull worker).
@@ -92,7 +95,8 @@ impl std::str::FromStr for RunStatus {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, DeriveEntityModel)]
+/// `Default` is a queued run with every optional column unset (what a new run starts from).
+#[derive(Debug, Clone, Default, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "runs")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]

@@ -292,8 +292,7 @@ impl Drop for Taken {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entities::dispatch::{self, DispatchStatus};
-    use crate::entities::{run, run::RunStatus};
+    use crate::entities::{dispatch, run};
 
     const NOW: Millis = 1_700_000_000_000;
 
@@ -306,18 +305,13 @@ mod tests {
                     tenant_id: "acme".into(),
                     workflow_id: "triage".into(),
                     target: "worker".into(),
-                    status: DispatchStatus::Pending,
                     attempts: 1,
                     series: 1,
                     due_at: NOW,
                     claimed_by: Some("replica-a".into()),
-                    claim_token: None,
-                    reason: None,
-                    last_error: None,
                     created_at: NOW,
                     updated_at: NOW,
-                    delivered_at: None,
-                    wait_id: None,
+                    ..dispatch::Model::default()
                 },
                 run: run::Model {
                     id: format!("run-{id}"),
@@ -325,22 +319,11 @@ mod tests {
                     workflow_id: "triage".into(),
                     target_entity_id: "ticket-1".into(),
                     intake_id: "intake-1".into(),
-                    status: RunStatus::Queued,
                     fencing_token: 1,
                     lock_ttl_ms: 60_000,
                     created_at: NOW,
                     updated_at: NOW,
-                    finished_at: None,
-                    traceparent: None,
-                    tracestate: None,
-                    config_revision: None,
-                    principal_id: None,
-                    deadline_at: None,
-                    budgets: None,
-                    run_usage: None,
-                    end_reason: None,
-                    worker_version: None,
-                    subject_version: None,
+                    ..run::Model::default()
                 },
                 lease_expires_at: NOW + 60_000,
             },
