@@ -8,7 +8,8 @@
 //! name, and replay's reading of `POST /v1/events` bodies), which is no channel.
 //!
 //! Invariant: outside `edge/` and the `SourceConfig` enum nothing names a channel (but the
-//! console's sources page, which renders `email`'s poller status); the server, the daemon's
+//! console's sources page, which renders `email`'s poller status, and the `mailbox test`
+//! command, which calls [`mailbox_test`]); the server, the daemon's
 //! pollers, replay, `check`, metrics and spans find every channel in [`CHANNELS`], once each.
 
 pub mod api;
@@ -24,6 +25,7 @@ use axum::Router;
 use axum::middleware::from_fn;
 use switchyard_core::Outcome;
 
+pub use email::mailbox_test;
 pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
 
 use crate::config::{ServerConfig, SourceConfig};
