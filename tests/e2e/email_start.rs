@@ -79,13 +79,9 @@ async fn old_mail_starts_nothing_by_default_and_beginning_or_a_date_take_exactly
         append(&mut client, &all_box, &message("all", n, "")).await;
     }
     // Old, new, old, new by internal date: the dated start takes exactly the two new ones.
-    let old = chrono::DateTime::parse_from_rfc3339("2020-03-01T10:00:00Z").expect("date");
     for n in 0..4 {
-        let date = if n % 2 == 0 {
-            Some(old)
-        } else {
-            None // now
-        };
+        // An IMAP date-time, quoted; none: now.
+        let date = (n % 2 == 0).then_some("\"01-Mar-2020 10:00:00 +0000\"");
         client
             .append(&dated_box, None, date, message("dated", n, ""))
             .await

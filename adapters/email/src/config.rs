@@ -10,8 +10,8 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
-pub use crate::oauth::{OAuth2Config, OAuth2Flow, SaslMechanism};
-pub use crate::start::StartFrom;
+use crate::oauth::OAuth2Config;
+use crate::start::StartFrom;
 
 /// How an email source signs in to its IMAP server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -39,7 +39,7 @@ pub async fn probe<T: TokenStore>(
     token_store: &T,
     timeout: Duration,
 ) -> Result<MailboxProbe, ProbeError> {
-    let fail = |step| move |error| ProbeError { step, error };
+    let fail = |step: &'static str| move |error: SessionError| ProbeError { step, error };
     let token;
     let (sign_in, signed_in_with) = match (credentials, &config.oauth2) {
         (Credentials::Password(password), _) => (SignIn::Password(password), "password".into()),
@@ -59,9 +59,9 @@ pub async fn probe<T: TokenStore>(
     let mut session = transport::connect(config, sign_in, timeout)
         .await
         .map_err(|error| {
-            let step = match error {
+            let step = match &error {
                 SessionError::Login { .. } | SessionError::TokenRefused { .. } => "sign-in",
-                SessionError::Timeout(what, _) if what == "LOGIN" || what == "AUTHENTICATE" => {
+                SessionError::Timeout(what, _) if *what == "LOGIN" || *what == "AUTHENTICATE" => {
                     "sign-in"
                 }
                 _ => "connect",

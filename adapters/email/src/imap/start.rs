@@ -15,7 +15,7 @@ use tracing::info;
 use super::session::Selected;
 use super::transport::ImapSession;
 use super::{Poller, guarded};
-use crate::config::StartFrom;
+use crate::start::StartFrom;
 use crate::error::SessionError;
 use crate::sink::MailboxSink;
 use crate::start::StartPoint;

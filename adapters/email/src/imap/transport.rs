@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use async_imap::imap_proto::{Capability, Response, ResponseCode, Status};
 use async_imap::{Client, Session};
@@ -188,10 +188,9 @@ where
     match greeting.as_ref().map(|g| g.parsed()) {
         Some(Response::Data {
             status: Status::Ok,
-            code,
-            ..
+            outcome,
         }) => {
-            let capabilities = match code {
+            let capabilities = match &outcome.code {
                 Some(ResponseCode::Capabilities(caps)) => Some(
                     caps.iter()
                         .map(|c| match c {

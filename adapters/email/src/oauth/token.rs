@@ -84,8 +84,6 @@ impl TokenError {
 #[derive(Clone)]
 struct AccessToken {
     secret: String,
-    /// When the provider says it expires.
-    expires_at: Instant,
     /// When to replace it: a quarter of its life (at most 5 minutes) before `expires_at`.
     renew_at: Instant,
 }
@@ -224,7 +222,6 @@ impl Tokens {
         let margin = (lifetime / 4).min(MAX_RENEW_MARGIN);
         self.current = Some(AccessToken {
             secret: answer.access_token.clone(),
-            expires_at: now + lifetime,
             renew_at: now + lifetime - margin,
         });
         if let Some(rotated) = answer.refresh_token
@@ -243,13 +240,6 @@ impl Tokens {
             self.refresh_token = Some(rotated);
         }
         Ok(answer.access_token)
-    }
-
-    /// Whether the current token has passed its expiry.
-    pub(crate) fn expired(&self) -> bool {
-        self.current
-            .as_ref()
-            .is_none_or(|t| Instant::now() >= t.expires_at)
     }
 
     async fn refresh_token<S: TokenStore + ?Sized>(
@@ -360,5 +350,42 @@ impl Tokens {
     fn signer(&self) -> Result<RsaSigner, TokenError> {
         RsaSigner::from_pem(self.secrets.private_key_pem.as_deref().unwrap_or_default())
             .map_err(TokenError::Signing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(error: &str, description: Option<&str>) -> TokenError {
+        TokenError::Refused {
+            status: 400,
+            error: error.into(),
+            description: description.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn provider_errors_get_stable_names_and_keep_their_description() {
+        assert_eq!(refused("invalid_client", None).kind(), "invalid_client");
+        assert_eq!(refused("unauthorized_client", None).kind(), "invalid_client");
+        assert_eq!(refused("invalid_grant", Some("Token has been expired or revoked.")).kind(), "invalid_grant");
+        assert_eq!(
+            refused("invalid_grant", Some("AADSTS65001: The user or administrator has not consented")).kind(),
+            "consent_missing"
+        );
+        assert_eq!(refused("consent_required", None).kind(), "consent_missing");
+        assert_eq!(refused("server_error", None).kind(), "token_endpoint_error");
+        let shown = refused("invalid_grant", Some("Token has been expired or revoked.")).to_string();
+        assert_eq!(
+            shown,
+            "the OAuth2 token endpoint refused the request: invalid_grant (Token has been expired or revoked.)"
+        );
+        let timeout = TokenError::Timeout {
+            url: "https://idp.example/token".into(),
+            limit: Duration::from_secs(1),
+        };
+        assert_eq!(timeout.kind(), "token_endpoint_timeout");
+        assert!(timeout.to_string().contains("within 1s"));
     }
 }
