@@ -469,3 +469,105 @@ async fn refusals_are_named_in_readyz_metrics_and_the_log_once_without_secrets()
         .await;
     daemon.stop();
 }
+
+/// `switchyard <args>` with `env`: (success, stdout, stderr). Run off the test's runtime,
+/// which serves the identity provider meanwhile.
+async fn cli(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut command = std::process::Command::new(super::harness::binary());
+    command.args(args).env("SWITCHYARD_API_TOKEN", super::harness::TOKEN);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("join")
+        .expect("run switchyard");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn mailbox_test_signs_in_once_names_the_failing_step_and_check_validates_the_table() {
+    if !available() {
+        return;
+    }
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let idp = Idp::start().await;
+    idp.state.lock().unwrap().rotate = true;
+    idp.add_refresh_token(SEED_REFRESH_TOKEN, CLIENT_ID);
+    idp.add_refresh_token("rt-refused-at-imap", "refused-app");
+    idp.state.lock().unwrap().refused_clients.insert("refused-app".into());
+    let dovecot = OAuthDovecot::start(&idp.introspection_url());
+    let mut client = dovecot.client().await;
+    let (source, mailbox) = (unique("cli"), unique("box"));
+    create(&mut client, &mailbox).await;
+    append(&mut client, &mailbox, &message("cli", 1, "")).await;
+    append(&mut client, &mailbox, &message("cli", 2, "")).await;
+    let refused_table = refresh_table(&idp, "SECRET", "REFUSED_REFRESH")
+        .replace(&format!("client_id = \"{CLIENT_ID}\""), "client_id = \"refused-app\"");
+    let text = config(
+        &db,
+        &format!(
+            "{}{}{TRIAGE}",
+            oauth_source(&dovecot, &source, &mailbox, &refresh_table(&idp, "SECRET", "REFRESH")),
+            oauth_source(&dovecot, "refused", &mailbox, &refused_table),
+        ),
+    );
+    let path = db.dir.path().join("cli.toml");
+    std::fs::write(&path, &text).expect("write config");
+    let path = path.to_str().expect("path");
+    let env = [
+        ("SECRET", CLIENT_SECRET),
+        ("REFRESH", SEED_REFRESH_TOKEN),
+        ("REFUSED_REFRESH", "rt-refused-at-imap"),
+    ];
+    let (ok, out, err) = cli(&["migrate", "--config", path], &env).await;
+    assert!(ok, "{out}{err}");
+
+    let (ok, out, err) = cli(&["mailbox", "test", "--config", path, "--source", &source], &env).await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("2 messages"), "{out}");
+    assert!(out.contains("UIDVALIDITY"), "{out}");
+    assert!(out.contains("sign-in: ok (XOAUTH2)"), "{out}");
+    assert!(out.contains("\"beginning\" would take 2 messages"), "{out}");
+    assert_eq!(idp.grants().len(), 1);
+
+    // The provider rotated the refresh token during the test and revoked the seed: the
+    // daemon still signs in, with the rotated one the test kept.
+    let daemon = Daemon::start_with_file(std::path::Path::new(path), &env).await;
+    wait_for_rows(&daemon, &source, 2, Duration::from_secs(30)).await;
+    assert!(idp.grants().iter().filter(|g| g.client_id.as_deref() == Some(CLIENT_ID)).all(|g| g.issued.is_some()));
+    daemon.stop();
+
+    let wrong = [("SECRET", "not-the-secret-5e1"), ("REFRESH", SEED_REFRESH_TOKEN), ("REFUSED_REFRESH", "x")];
+    let (ok, out, err) = cli(&["mailbox", "test", "--config", path, "--source", &source], &wrong).await;
+    assert!(!ok, "{out}");
+    assert!(err.contains("step `token` failed"), "{err}");
+    assert!(err.contains("invalid_client"), "{err}");
+    assert!(!err.contains("not-the-secret-5e1") && !out.contains("not-the-secret-5e1"));
+
+    let (ok, out, err) = cli(&["mailbox", "test", "--config", path, "--source", "refused"], &env).await;
+    assert!(!ok, "{out}");
+    assert!(err.contains("step `sign-in` failed"), "{err}");
+    assert!(err.contains("refused the OAuth2 token"), "{err}");
+
+    // `check` validates the table.
+    let broken = text.replace("refresh_token_env = \"REFRESH\"\n", "");
+    let broken_path = db.dir.path().join("broken.toml");
+    std::fs::write(&broken_path, broken).expect("write");
+    let (ok, out, err) = cli(&["check", "--config", broken_path.to_str().expect("path")], &env).await;
+    assert!(!ok, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("`oauth2.refresh_token_env` is required for flow `refresh_token`"),
+        "{out}{err}"
+    );
+    let unset = [("SECRET", CLIENT_SECRET), ("REFUSED_REFRESH", "x")];
+    let (ok, out, err) = cli(&["check", "--config", path], &unset).await;
+    assert!(!ok, "{out}{err}");
+    assert!(format!("{out}{err}").contains("`REFRESH` is not set"), "{out}{err}");
+}

@@ -114,7 +114,7 @@ async fn old_mail_starts_nothing_by_default_and_beginning_or_a_date_take_exactly
     append(&mut client, &dated_box, &message("dated-later", 1, "")).await;
     let rows = wait_for_rows(&daemon, &now_source, 1, Duration::from_secs(20)).await;
     let all = wait_for_rows(&daemon, &all_source, 3, Duration::from_secs(20)).await;
-    let dated = wait_for_rows(&daemon, &dated_source, 3, Duration::from_secs(20)).await;
+    wait_for_rows(&daemon, &dated_source, 3, Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     let rows_after = daemon.intake(&format!("source={now_source}&limit=100")).await;

@@ -68,7 +68,9 @@ impl<S: MailboxSink> Poller<S> {
             uidvalidity: selected.uidvalidity,
             first_uid,
             left_behind,
-            started_at: Utc::now(),
+            // Milliseconds, as the store keeps it: the status reads the same after a restart.
+            started_at: DateTime::from_timestamp_millis(Utc::now().timestamp_millis())
+                .unwrap_or_default(),
         };
         let (source, mailbox) = (self.config.name.clone(), self.config.mailbox.clone());
         let started = guarded(
