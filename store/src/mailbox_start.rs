@@ -40,15 +40,18 @@ impl Store {
         }
         mailbox_start::Entity::insert(mailbox_start::ActiveModel::from(start))
             .on_conflict(
-                OnConflict::columns([mailbox_start::Column::Source, mailbox_start::Column::Mailbox])
-                    .update_columns([
-                        mailbox_start::Column::StartFrom,
-                        mailbox_start::Column::Uidvalidity,
-                        mailbox_start::Column::FirstUid,
-                        mailbox_start::Column::LeftBehind,
-                        mailbox_start::Column::StartedAt,
-                    ])
-                    .to_owned(),
+                OnConflict::columns([
+                    mailbox_start::Column::Source,
+                    mailbox_start::Column::Mailbox,
+                ])
+                .update_columns([
+                    mailbox_start::Column::StartFrom,
+                    mailbox_start::Column::Uidvalidity,
+                    mailbox_start::Column::FirstUid,
+                    mailbox_start::Column::LeftBehind,
+                    mailbox_start::Column::StartedAt,
+                ])
+                .to_owned(),
             )
             .exec_without_returning(&txn)
             .await?;

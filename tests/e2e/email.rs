@@ -119,7 +119,12 @@ async fn start(db: &TestDb, text: &str) -> Daemon {
 }
 
 /// Polls the ledger of `source` until it has `count` rows (or fails after `limit`).
-pub(super) async fn wait_for_rows(daemon: &Daemon, source: &str, count: usize, limit: Duration) -> Vec<Value> {
+pub(super) async fn wait_for_rows(
+    daemon: &Daemon,
+    source: &str,
+    count: usize,
+    limit: Duration,
+) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let rows = daemon.intake(&format!("source={source}&limit=1000")).await;

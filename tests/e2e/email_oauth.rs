@@ -61,7 +61,10 @@ async fn create(client: &mut dovecot::Client, mailbox: &str) {
 }
 
 async fn append(client: &mut dovecot::Client, mailbox: &str, raw: &[u8]) {
-    client.append(mailbox, None, None, raw).await.expect("append");
+    client
+        .append(mailbox, None, None, raw)
+        .await
+        .expect("append");
 }
 
 /// The `/v1/sources` status of `name`.
@@ -115,7 +118,11 @@ async fn the_refresh_token_flow_reads_mail_once_and_a_rotated_token_survives_a_r
                 &dovecot,
                 &source,
                 &mailbox,
-                &refresh_table(&idp, "SUPPORT_OAUTH_CLIENT_SECRET", "SUPPORT_OAUTH_REFRESH_TOKEN")
+                &refresh_table(
+                    &idp,
+                    "SUPPORT_OAUTH_CLIENT_SECRET",
+                    "SUPPORT_OAUTH_REFRESH_TOKEN"
+                )
             )
         ),
     );
@@ -135,9 +142,20 @@ async fn the_refresh_token_flow_reads_mail_once_and_a_rotated_token_survives_a_r
         idp.accepted_at_imap(&first_token),
         "Dovecot accepted the very token the provider issued"
     );
-    assert!(dovecot.log().contains("method=XOAUTH2"), "{}", dovecot.log());
+    assert!(
+        dovecot.log().contains("method=XOAUTH2"),
+        "{}",
+        dovecot.log()
+    );
     // The provider rotated the refresh token and revoked the seed.
-    let rotated: Vec<String> = idp.state.lock().unwrap().refresh_tokens.keys().cloned().collect();
+    let rotated: Vec<String> = idp
+        .state
+        .lock()
+        .unwrap()
+        .refresh_tokens
+        .keys()
+        .cloned()
+        .collect();
     assert_eq!(rotated.len(), 1);
     assert_ne!(rotated[0], SEED_REFRESH_TOKEN);
     assert_no_secret_shown(&daemon, &idp, &[SEED_REFRESH_TOKEN]).await;
@@ -154,7 +172,10 @@ async fn the_refresh_token_flow_reads_mail_once_and_a_rotated_token_survives_a_r
     assert!(outcomes(&rows_after).iter().all(|o| o == "routed"));
     let grants = idp.grants();
     assert_eq!(grants.len(), 2, "{grants:?}");
-    assert!(grants[1].issued.is_some(), "the stored rotated token worked: {grants:?}");
+    assert!(
+        grants[1].issued.is_some(),
+        "the stored rotated token worked: {grants:?}"
+    );
     assert_eq!(status(&daemon, &source).await["auth_failure"], Value::Null);
 
     // The server refuses the cached token (revoked after issue) on the next login: one new
@@ -168,7 +189,11 @@ async fn the_refresh_token_flow_reads_mail_once_and_a_rotated_token_survives_a_r
     let mut client = dovecot.client().await;
     append(&mut client, &mailbox, &message("oauth", 4, "")).await;
     wait_for_rows(&daemon, &source, 4, Duration::from_secs(60)).await;
-    assert_eq!(idp.grants().len(), 3, "exactly one new token after the refusal");
+    assert_eq!(
+        idp.grants().len(),
+        3,
+        "exactly one new token after the refusal"
+    );
     assert!(daemon.logs().contains("refused the cached access token"));
     assert_no_secret_shown(&daemon, &idp, &[SEED_REFRESH_TOKEN]).await;
     daemon.stop();
@@ -187,12 +212,23 @@ fn rsa_key(dir: &std::path::Path) -> (String, Vec<u8>) {
         assert!(status.success(), "openssl {args:?}");
     };
     run(&[
-        "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out",
+        "genpkey",
+        "-algorithm",
+        "RSA",
+        "-pkeyopt",
+        "rsa_keygen_bits:2048",
+        "-out",
         key.to_str().expect("path"),
     ]);
     run(&[
-        "rsa", "-in", key.to_str().expect("path"), "-RSAPublicKey_out", "-outform", "DER",
-        "-out", public.to_str().expect("path"),
+        "rsa",
+        "-in",
+        key.to_str().expect("path"),
+        "-RSAPublicKey_out",
+        "-outform",
+        "DER",
+        "-out",
+        public.to_str().expect("path"),
     ]);
     (
         std::fs::read_to_string(key).expect("key"),
@@ -270,8 +306,17 @@ async fn microsoft_client_credentials_and_a_google_service_account_read_mail_end
     assert!(log.contains("method=XOAUTH2"), "{log}");
     assert!(log.contains("method=OAUTHBEARER"), "{log}");
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert_eq!(daemon.intake(&format!("source={ms}&limit=100")).await.len(), 1);
-    assert_eq!(daemon.intake(&format!("source={google}&limit=100")).await.len(), 1);
+    assert_eq!(
+        daemon.intake(&format!("source={ms}&limit=100")).await.len(),
+        1
+    );
+    assert_eq!(
+        daemon
+            .intake(&format!("source={google}&limit=100"))
+            .await
+            .len(),
+        1
+    );
     assert_no_secret_shown(&daemon, &idp, &[&private_key[40..80]]).await;
     daemon.stop();
 }
@@ -296,12 +341,20 @@ async fn a_token_that_expires_mid_idle_is_replaced_once_and_later_mail_still_arr
         &db,
         &format!(
             "{}{TRIAGE}",
-            oauth_source(&dovecot, &source, &mailbox, &refresh_table(&idp, "SECRET", "REFRESH"))
+            oauth_source(
+                &dovecot,
+                &source,
+                &mailbox,
+                &refresh_table(&idp, "SECRET", "REFRESH")
+            )
         ),
     );
-    let daemon =
-        Daemon::start(&db, &text, &[("SECRET", CLIENT_SECRET), ("REFRESH", SEED_REFRESH_TOKEN)])
-            .await;
+    let daemon = Daemon::start(
+        &db,
+        &text,
+        &[("SECRET", CLIENT_SECRET), ("REFRESH", SEED_REFRESH_TOKEN)],
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while status(&daemon, &source).await["idle"] != true {
         assert!(tokio::time::Instant::now() < deadline, "{}", daemon.logs());
@@ -333,8 +386,16 @@ async fn refusals_are_named_in_readyz_metrics_and_the_log_once_without_secrets()
     let idp = Idp::start().await;
     idp.add_refresh_token(SEED_REFRESH_TOKEN, CLIENT_ID);
     idp.add_refresh_token("rt-refused-at-imap", "refused-app");
-    idp.state.lock().unwrap().refused_clients.insert("refused-app".into());
-    idp.state.lock().unwrap().unconsented_tenants.insert("fabrikam".into());
+    idp.state
+        .lock()
+        .unwrap()
+        .refused_clients
+        .insert("refused-app".into());
+    idp.state
+        .lock()
+        .unwrap()
+        .unconsented_tenants
+        .insert("fabrikam".into());
     let dovecot = OAuthDovecot::start(&idp.introspection_url());
     let mut client = dovecot.client().await;
     let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -363,10 +424,30 @@ async fn refusals_are_named_in_readyz_metrics_and_the_log_once_without_secrets()
     };
     let tables = [
         table(idp.url("/token"), "WRONG_SECRET", "GOOD_REFRESH", CLIENT_ID),
-        table(idp.url("/token"), "GOOD_SECRET", "REVOKED_REFRESH", CLIENT_ID),
-        table(format!("http://127.0.0.1:{closed_port}/token"), "GOOD_SECRET", "GOOD_REFRESH", CLIENT_ID),
-        table(idp.url("/slow/token"), "GOOD_SECRET", "GOOD_REFRESH", CLIENT_ID),
-        table(idp.url("/token"), "GOOD_SECRET", "REFUSED_REFRESH", "refused-app"),
+        table(
+            idp.url("/token"),
+            "GOOD_SECRET",
+            "REVOKED_REFRESH",
+            CLIENT_ID,
+        ),
+        table(
+            format!("http://127.0.0.1:{closed_port}/token"),
+            "GOOD_SECRET",
+            "GOOD_REFRESH",
+            CLIENT_ID,
+        ),
+        table(
+            idp.url("/slow/token"),
+            "GOOD_SECRET",
+            "GOOD_REFRESH",
+            CLIENT_ID,
+        ),
+        table(
+            idp.url("/token"),
+            "GOOD_SECRET",
+            "REFUSED_REFRESH",
+            "refused-app",
+        ),
         format!(
             "flow = \"microsoft_client_credentials\"\nauthority = \"{}\"\ntenant_id = \"fabrikam\"\n\
              client_id = \"{CLIENT_ID}\"\nclient_secret_env = \"GOOD_SECRET\"\n",
@@ -399,11 +480,23 @@ async fn refusals_are_named_in_readyz_metrics_and_the_log_once_without_secrets()
     wait_for_rows(&daemon, "healthy", 1, Duration::from_secs(30)).await;
 
     let expected = [
-        ("wrong-secret", "invalid_client", "The OAuth client was not found."),
-        ("revoked", "invalid_grant", "Token has been expired or revoked."),
+        (
+            "wrong-secret",
+            "invalid_client",
+            "The OAuth client was not found.",
+        ),
+        (
+            "revoked",
+            "invalid_grant",
+            "Token has been expired or revoked.",
+        ),
         ("down", "token_endpoint_unreachable", "unreachable"),
         ("slow", "token_endpoint_timeout", "did not answer within 1s"),
-        ("imap-refuses", "imap_refused_token", "refused the OAuth2 token"),
+        (
+            "imap-refuses",
+            "imap_refused_token",
+            "refused the OAuth2 token",
+        ),
         ("no-consent", "consent_missing", "AADSTS65001"),
     ];
     let readyz = || async {
@@ -414,7 +507,10 @@ async fn refusals_are_named_in_readyz_metrics_and_the_log_once_without_secrets()
             .send()
             .await
             .expect("readyz");
-        (response.status().as_u16(), response.json::<Value>().await.expect("json"))
+        (
+            response.status().as_u16(),
+            response.json::<Value>().await.expect("json"),
+        )
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let body = loop {
@@ -455,7 +551,10 @@ async fn refusals_are_named_in_readyz_metrics_and_the_log_once_without_secrets()
     for (name, _, _) in expected {
         let lines = logs
             .lines()
-            .filter(|l| l.contains("cannot sign in with OAuth2") && l.contains(&format!("\"source\":\"{name}\"")))
+            .filter(|l| {
+                l.contains("cannot sign in with OAuth2")
+                    && l.contains(&format!("\"source\":\"{name}\""))
+            })
             .count();
         assert_eq!(lines, 1, "{name} logged {lines} times:\n{logs}");
     }
@@ -464,9 +563,16 @@ async fn refusals_are_named_in_readyz_metrics_and_the_log_once_without_secrets()
     let failures = body["sources"]["imap-refuses"]["consecutive_failures"]
         .as_u64()
         .unwrap_or(0);
-    assert!(refused as u64 <= failures + 2, "{refused} tokens for {failures} failures");
-    assert_no_secret_shown(&daemon, &idp, &[wrong_secret, "rt-revoked-0000", "rt-refused-at-imap"])
-        .await;
+    assert!(
+        refused as u64 <= failures + 2,
+        "{refused} tokens for {failures} failures"
+    );
+    assert_no_secret_shown(
+        &daemon,
+        &idp,
+        &[wrong_secret, "rt-revoked-0000", "rt-refused-at-imap"],
+    )
+    .await;
     daemon.stop();
 }
 
@@ -474,7 +580,9 @@ async fn refusals_are_named_in_readyz_metrics_and_the_log_once_without_secrets()
 /// which serves the identity provider meanwhile.
 async fn cli(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let mut command = std::process::Command::new(super::harness::binary());
-    command.args(args).env("SWITCHYARD_API_TOKEN", super::harness::TOKEN);
+    command
+        .args(args)
+        .env("SWITCHYARD_API_TOKEN", super::harness::TOKEN);
     for (key, value) in env {
         command.env(key, value);
     }
@@ -501,20 +609,31 @@ async fn mailbox_test_signs_in_once_names_the_failing_step_and_check_validates_t
     idp.state.lock().unwrap().rotate = true;
     idp.add_refresh_token(SEED_REFRESH_TOKEN, CLIENT_ID);
     idp.add_refresh_token("rt-refused-at-imap", "refused-app");
-    idp.state.lock().unwrap().refused_clients.insert("refused-app".into());
+    idp.state
+        .lock()
+        .unwrap()
+        .refused_clients
+        .insert("refused-app".into());
     let dovecot = OAuthDovecot::start(&idp.introspection_url());
     let mut client = dovecot.client().await;
     let (source, mailbox) = (unique("cli"), unique("box"));
     create(&mut client, &mailbox).await;
     append(&mut client, &mailbox, &message("cli", 1, "")).await;
     append(&mut client, &mailbox, &message("cli", 2, "")).await;
-    let refused_table = refresh_table(&idp, "SECRET", "REFUSED_REFRESH")
-        .replace(&format!("client_id = \"{CLIENT_ID}\""), "client_id = \"refused-app\"");
+    let refused_table = refresh_table(&idp, "SECRET", "REFUSED_REFRESH").replace(
+        &format!("client_id = \"{CLIENT_ID}\""),
+        "client_id = \"refused-app\"",
+    );
     let text = config(
         &db,
         &format!(
             "{}{}{TRIAGE}",
-            oauth_source(&dovecot, &source, &mailbox, &refresh_table(&idp, "SECRET", "REFRESH")),
+            oauth_source(
+                &dovecot,
+                &source,
+                &mailbox,
+                &refresh_table(&idp, "SECRET", "REFRESH")
+            ),
             oauth_source(&dovecot, "refused", &mailbox, &refused_table),
         ),
     );
@@ -529,7 +648,11 @@ async fn mailbox_test_signs_in_once_names_the_failing_step_and_check_validates_t
     let (ok, out, err) = cli(&["migrate", "--config", path], &env).await;
     assert!(ok, "{out}{err}");
 
-    let (ok, out, err) = cli(&["mailbox", "test", "--config", path, "--source", &source], &env).await;
+    let (ok, out, err) = cli(
+        &["mailbox", "test", "--config", path, "--source", &source],
+        &env,
+    )
+    .await;
     assert!(ok, "{out}{err}");
     assert!(out.contains("2 messages"), "{out}");
     assert!(out.contains("UIDVALIDITY"), "{out}");
@@ -541,17 +664,34 @@ async fn mailbox_test_signs_in_once_names_the_failing_step_and_check_validates_t
     // daemon still signs in, with the rotated one the test kept.
     let daemon = Daemon::start_with_file(std::path::Path::new(path), &env).await;
     wait_for_rows(&daemon, &source, 2, Duration::from_secs(30)).await;
-    assert!(idp.grants().iter().filter(|g| g.client_id.as_deref() == Some(CLIENT_ID)).all(|g| g.issued.is_some()));
+    assert!(
+        idp.grants()
+            .iter()
+            .filter(|g| g.client_id.as_deref() == Some(CLIENT_ID))
+            .all(|g| g.issued.is_some())
+    );
     daemon.stop();
 
-    let wrong = [("SECRET", "not-the-secret-5e1"), ("REFRESH", SEED_REFRESH_TOKEN), ("REFUSED_REFRESH", "x")];
-    let (ok, out, err) = cli(&["mailbox", "test", "--config", path, "--source", &source], &wrong).await;
+    let wrong = [
+        ("SECRET", "not-the-secret-5e1"),
+        ("REFRESH", SEED_REFRESH_TOKEN),
+        ("REFUSED_REFRESH", "x"),
+    ];
+    let (ok, out, err) = cli(
+        &["mailbox", "test", "--config", path, "--source", &source],
+        &wrong,
+    )
+    .await;
     assert!(!ok, "{out}");
     assert!(err.contains("step `token` failed"), "{err}");
     assert!(err.contains("invalid_client"), "{err}");
     assert!(!err.contains("not-the-secret-5e1") && !out.contains("not-the-secret-5e1"));
 
-    let (ok, out, err) = cli(&["mailbox", "test", "--config", path, "--source", "refused"], &env).await;
+    let (ok, out, err) = cli(
+        &["mailbox", "test", "--config", path, "--source", "refused"],
+        &env,
+    )
+    .await;
     assert!(!ok, "{out}");
     assert!(err.contains("step `sign-in` failed"), "{err}");
     assert!(err.contains("refused the OAuth2 token"), "{err}");
@@ -560,14 +700,22 @@ async fn mailbox_test_signs_in_once_names_the_failing_step_and_check_validates_t
     let broken = text.replace("refresh_token_env = \"REFRESH\"\n", "");
     let broken_path = db.dir.path().join("broken.toml");
     std::fs::write(&broken_path, broken).expect("write");
-    let (ok, out, err) = cli(&["check", "--config", broken_path.to_str().expect("path")], &env).await;
+    let (ok, out, err) = cli(
+        &["check", "--config", broken_path.to_str().expect("path")],
+        &env,
+    )
+    .await;
     assert!(!ok, "{out}{err}");
     assert!(
-        format!("{out}{err}").contains("`oauth2.refresh_token_env` is required for flow `refresh_token`"),
+        format!("{out}{err}")
+            .contains("`oauth2.refresh_token_env` is required for flow `refresh_token`"),
         "{out}{err}"
     );
     let unset = [("SECRET", CLIENT_SECRET), ("REFUSED_REFRESH", "x")];
     let (ok, out, err) = cli(&["check", "--config", path], &unset).await;
     assert!(!ok, "{out}{err}");
-    assert!(format!("{out}{err}").contains("`REFRESH` is not set"), "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("`REFRESH` is not set"),
+        "{out}{err}"
+    );
 }

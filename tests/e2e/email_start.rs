@@ -59,7 +59,11 @@ async fn started(daemon: &Daemon, name: &str) -> Value {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("{name} never started: {}\n{}", listed(daemon, name).await, daemon.logs());
+    panic!(
+        "{name} never started: {}\n{}",
+        listed(daemon, name).await,
+        daemon.logs()
+    );
 }
 
 #[tokio::test]
@@ -93,7 +97,12 @@ async fn old_mail_starts_nothing_by_default_and_beginning_or_a_date_take_exactly
             "{}{}{}{TRIAGE}",
             source(&addr, &now_source, &now_box, None),
             source(&addr, &all_source, &all_box, Some("beginning")),
-            source(&addr, &dated_source, &dated_box, Some("2025-06-01T00:00:00Z")),
+            source(
+                &addr,
+                &dated_source,
+                &dated_box,
+                Some("2025-06-01T00:00:00Z")
+            ),
         ),
     );
     let daemon = Daemon::start(&db, &text, &[("SUPPORT_IMAP_PASSWORD", "secret")]).await;
@@ -117,11 +126,15 @@ async fn old_mail_starts_nothing_by_default_and_beginning_or_a_date_take_exactly
     wait_for_rows(&daemon, &dated_source, 3, Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
-    let rows_after = daemon.intake(&format!("source={now_source}&limit=100")).await;
+    let rows_after = daemon
+        .intake(&format!("source={now_source}&limit=100"))
+        .await;
     assert_eq!(rows_after.len(), 1, "only the new message: {rows_after:#?}");
     assert_eq!(rows[0]["event"]["target_entity_id"], "later-1@test.example");
     assert_eq!(outcomes(&all), ["routed", "routed", "routed"]);
-    let dated = daemon.intake(&format!("source={dated_source}&limit=100")).await;
+    let dated = daemon
+        .intake(&format!("source={dated_source}&limit=100"))
+        .await;
     let mut entities: Vec<&str> = dated
         .iter()
         .filter_map(|r| r["event"]["target_entity_id"].as_str())
@@ -129,7 +142,11 @@ async fn old_mail_starts_nothing_by_default_and_beginning_or_a_date_take_exactly
     entities.sort_unstable();
     assert_eq!(
         entities,
-        ["dated-1@test.example", "dated-3@test.example", "dated-later-1@test.example"],
+        [
+            "dated-1@test.example",
+            "dated-3@test.example",
+            "dated-later-1@test.example"
+        ],
         "exactly the messages since the date, once each"
     );
     let sources_metrics = daemon.metrics().await;
@@ -150,6 +167,12 @@ async fn old_mail_starts_nothing_by_default_and_beginning_or_a_date_take_exactly
     let again = started(&daemon, &now_source).await;
     assert_eq!(again, now_start, "the recorded start is kept");
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(daemon.intake(&format!("source={now_source}&limit=100")).await.len(), 1);
+    assert_eq!(
+        daemon
+            .intake(&format!("source={now_source}&limit=100"))
+            .await
+            .len(),
+        1
+    );
     daemon.stop();
 }

@@ -31,13 +31,12 @@ mod sink;
 mod start;
 
 pub use config::{AfterIntake, Auth, EmailSourceConfig, Security, TicketRef};
-pub use imap::{MailboxProbe, ProbeError, probe};
-pub use oauth::{
-    Credentials, OAuth2Config, OAuth2Flow, OAuthSecrets, SaslMechanism, ServiceAccount,
-    TokenError,
-};
-pub use start::{StartFrom, StartPoint};
 pub use error::{ConfigError, ParseError, SessionError, SinkError};
+pub use imap::{MailboxProbe, ProbeError, probe};
 pub use imap::{PollerOptions, run_poller};
+pub use oauth::{
+    Credentials, OAuth2Config, OAuth2Flow, OAuthSecrets, SaslMechanism, ServiceAccount, TokenError,
+};
 pub use parse::{EVENT_RECEIVED, EVENT_REPLY, MAX_TEXT_CHARS, normalize};
 pub use sink::{Cursor, FetchedMessage, MailboxSink, SourceStatus, TokenStore};
+pub use start::{StartFrom, StartPoint};

@@ -79,7 +79,6 @@ pub trait TokenStore: Send + Sync {
         seed_fingerprint: &str,
         refresh_token: &str,
     ) -> impl Future<Output = Result<(), SinkError>> + Send;
-
 }
 
 /// What the daemon provides to one email poller. Calls for one source never overlap: the poller

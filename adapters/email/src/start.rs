@@ -85,7 +85,10 @@ mod tests {
     #[test]
     fn parses_the_three_forms_and_refuses_the_rest() {
         assert_eq!("now".parse::<StartFrom>().unwrap(), StartFrom::Now);
-        assert_eq!("beginning".parse::<StartFrom>().unwrap(), StartFrom::Beginning);
+        assert_eq!(
+            "beginning".parse::<StartFrom>().unwrap(),
+            StartFrom::Beginning
+        );
         let since: StartFrom = "2026-01-02T03:04:05Z".parse().unwrap();
         assert_eq!(since.to_string(), "2026-01-02T03:04:05+00:00");
         for bad in ["", "yesterday", "2026-01-02", "Beginning"] {

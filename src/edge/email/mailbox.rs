@@ -300,9 +300,11 @@ impl Poll for Mailboxes {
             let names: Vec<String> = running
                 .iter()
                 .filter(|(name, poller)| {
-                    wanted.get(name.as_str()).is_none_or(|(config, credentials)| {
-                        **config != poller.config || **credentials != poller.credentials
-                    })
+                    wanted
+                        .get(name.as_str())
+                        .is_none_or(|(config, credentials)| {
+                            **config != poller.config || **credentials != poller.credentials
+                        })
                 })
                 .map(|(name, _)| name.clone())
                 .collect();

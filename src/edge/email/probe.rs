@@ -12,8 +12,8 @@ use switchyard_email::{
 };
 use switchyard_store::Store;
 
-use crate::config::{LoadedConfig, ResolvedSource, SourceConfig, process_env};
 use super::StoredTokens;
+use crate::config::{LoadedConfig, ResolvedSource, SourceConfig, process_env};
 
 /// The longest one IMAP step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -46,8 +46,9 @@ pub async fn mailbox_test(config_path: &Path, source: &str) -> anyhow::Result<()
     config
         .validate()
         .with_context(|| format!("email source `{source}`"))?;
-    let ResolvedSource::Email { credentials, .. } =
-        SourceConfig::Email(config.clone()).resolve(&process_env).map_err(anyhow::Error::msg)?
+    let ResolvedSource::Email { credentials, .. } = SourceConfig::Email(config.clone())
+        .resolve(&process_env)
+        .map_err(anyhow::Error::msg)?
     else {
         bail!("email source `{source}` did not resolve to a mailbox");
     };
@@ -70,7 +71,9 @@ pub async fn mailbox_test(config_path: &Path, source: &str) -> anyhow::Result<()
     } else {
         probe(&config, &credentials, &NoTokens, STEP_TIMEOUT).await
     };
-    let found = found.map_err(|error| anyhow::anyhow!("step `{}` failed: {}", error.step, error.error.chain()))?;
+    let found = found.map_err(|error| {
+        anyhow::anyhow!("step `{}` failed: {}", error.step, error.error.chain())
+    })?;
     if matches!(credentials, Credentials::OAuth2(_)) {
         println!("  token:   ok");
     }

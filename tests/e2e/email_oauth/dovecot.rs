@@ -47,7 +47,10 @@ impl OAuthDovecot {
             .env("SWITCHYARD_DOVECOT_DIR", &self.dir)
             .env("SWITCHYARD_DOVECOT_PORT", self.port.to_string())
             .env("SWITCHYARD_DOVECOT_TLS_PORT", self.tls_port.to_string())
-            .env("SWITCHYARD_DOVECOT_INTROSPECTION_URL", &self.introspection_url)
+            .env(
+                "SWITCHYARD_DOVECOT_INTROSPECTION_URL",
+                &self.introspection_url,
+            )
             .stdin(Stdio::null())
             .output()
             .expect("run .ci/dovecot.sh");
@@ -67,7 +70,11 @@ impl OAuthDovecot {
     pub async fn client(&self) -> Client {
         let tcp = TcpStream::connect(self.addr()).await.expect("connect");
         let mut client = async_imap::Client::new(tcp);
-        client.read_response().await.expect("greeting").expect("greeting");
+        client
+            .read_response()
+            .await
+            .expect("greeting")
+            .expect("greeting");
         client
             .login(super::idp::USER, "secret")
             .await

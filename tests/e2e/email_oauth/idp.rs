@@ -190,7 +190,9 @@ async fn token(
         "refresh_token" => {
             let client = form.get("client_id").cloned().unwrap_or_default();
             if form.get("client_secret").map(String::as_str) != Some(CLIENT_SECRET) {
-                state.rejections.push(format!("bad client secret for {client}"));
+                state
+                    .rejections
+                    .push(format!("bad client secret for {client}"));
                 return oauth_error(
                     StatusCode::UNAUTHORIZED,
                     "invalid_client",
@@ -304,7 +306,11 @@ async fn microsoft_token(
         );
     }
     if tenant != MS_TENANT {
-        return oauth_error(StatusCode::BAD_REQUEST, "invalid_request", "AADSTS90002: Tenant not found.");
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "AADSTS90002: Tenant not found.",
+        );
     }
     issue(&mut state, &client, None)
 }
@@ -312,7 +318,11 @@ async fn microsoft_token(
 /// A token endpoint that answers after 30 s.
 async fn slow_token() -> Response {
     tokio::time::sleep(Duration::from_secs(30)).await;
-    oauth_error(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", "")
+    oauth_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "temporarily_unavailable",
+        "",
+    )
 }
 
 /// RFC 7662 as Dovecot's `introspection_mode = post` asks: `token=...`.

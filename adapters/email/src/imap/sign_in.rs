@@ -59,8 +59,13 @@ impl<S: MailboxSink> Poller<S> {
             })
             .await?
         } else {
-            guarded(&mut self.shutdown, limit, "the token endpoint", tokens.token(&*sink, &source))
-                .await?
+            guarded(
+                &mut self.shutdown,
+                limit,
+                "the token endpoint",
+                tokens.token(&*sink, &source),
+            )
+            .await?
         };
         Ok(fetched?)
     }

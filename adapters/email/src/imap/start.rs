@@ -15,9 +15,9 @@ use tracing::info;
 use super::session::Selected;
 use super::transport::ImapSession;
 use super::{Poller, guarded};
-use crate::start::StartFrom;
 use crate::error::SessionError;
 use crate::sink::MailboxSink;
+use crate::start::StartFrom;
 use crate::start::StartPoint;
 
 /// A dated start in progress: only `named` UIDs below `uid_next` are taken.
@@ -129,7 +129,10 @@ async fn next_uid(
     let found = guarded(shutdown, timeout, "UID SEARCH", session.uid_search("ALL"))
         .await?
         .map_err(imap("UID SEARCH"))?;
-    Ok(found.into_iter().max().map_or(1, |max| max.saturating_add(1)))
+    Ok(found
+        .into_iter()
+        .max()
+        .map_or(1, |max| max.saturating_add(1)))
 }
 
 /// The UIDs of the messages whose internal date is at or after `date`: `SINCE` the day

@@ -144,7 +144,9 @@ pub(crate) async fn connect(
     // OAUTHBEARER where asked for and not known to be missing (a greeting without a
     // capability list says nothing); XOAUTH2 otherwise.
     let mechanism = match (wanted, &advertised) {
-        (SaslMechanism::Oauthbearer, Some(caps)) if !caps.iter().any(|c| c == "AUTH=OAUTHBEARER") => {
+        (SaslMechanism::Oauthbearer, Some(caps))
+            if !caps.iter().any(|c| c == "AUTH=OAUTHBEARER") =>
+        {
             SaslMechanism::Xoauth2
         }
         (wanted, _) => wanted,
@@ -160,14 +162,21 @@ pub(crate) async fn connect(
         server_error: server_error.clone(),
     };
     let name = authenticator.name();
-    bounded(timeout, "AUTHENTICATE", client.authenticate(name, authenticator))
-        .await?
-        .map_err(|(source, _client)| SessionError::TokenRefused {
-            user: config.username.clone(),
-            mechanism: name,
-            server: server_error.lock().unwrap_or_else(|p| p.into_inner()).take(),
-            source,
-        })
+    bounded(
+        timeout,
+        "AUTHENTICATE",
+        client.authenticate(name, authenticator),
+    )
+    .await?
+    .map_err(|(source, _client)| SessionError::TokenRefused {
+        user: config.username.clone(),
+        mechanism: name,
+        server: server_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(),
+        source,
+    })
 }
 
 /// async-imap 0.12 leaves the server's greeting to the caller: read it and insist on OK. Also

@@ -179,14 +179,20 @@ impl OAuth2Config {
                 absent("authority", self.authority.is_some())?;
                 absent("certificate_file", self.certificate_file.is_some())?;
                 absent("private_key_file", self.private_key_file.is_some())?;
-                absent("service_account_key_file", self.service_account_key_file.is_some())?;
+                absent(
+                    "service_account_key_file",
+                    self.service_account_key_file.is_some(),
+                )?;
                 absent("subject", self.subject.is_some())?;
             }
             OAuth2Flow::MicrosoftClientCredentials => {
                 present("tenant_id", self.tenant_id.is_some())?;
                 present("client_id", self.client_id.is_some())?;
                 absent("refresh_token_env", self.refresh_token_env.is_some())?;
-                absent("service_account_key_file", self.service_account_key_file.is_some())?;
+                absent(
+                    "service_account_key_file",
+                    self.service_account_key_file.is_some(),
+                )?;
                 absent("subject", self.subject.is_some())?;
                 match (self.client_secret_env.is_some(), certificate) {
                     (true, false) => {}
@@ -288,8 +294,8 @@ impl OAuth2Config {
                 path: path.clone(),
                 detail,
             };
-            let key: ServiceAccountKey =
-                serde_json::from_str(&text).map_err(|e| invalid(format!("not a key file ({e})")))?;
+            let key: ServiceAccountKey = serde_json::from_str(&text)
+                .map_err(|e| invalid(format!("not a key file ({e})")))?;
             jwt::RsaSigner::from_pem(&key.private_key).map_err(invalid)?;
             secrets.service_account = Some(ServiceAccount {
                 client_email: key.client_email,
@@ -349,9 +355,18 @@ impl OAuthSecrets {
 impl std::fmt::Debug for OAuthSecrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OAuthSecrets")
-            .field("client_secret", &self.client_secret.as_ref().map(|_| "<set>"))
-            .field("refresh_token", &self.refresh_token.as_ref().map(|_| "<set>"))
-            .field("private_key", &self.private_key_pem.as_ref().map(|_| "<set>"))
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<set>"),
+            )
+            .field(
+                "refresh_token",
+                &self.refresh_token.as_ref().map(|_| "<set>"),
+            )
+            .field(
+                "private_key",
+                &self.private_key_pem.as_ref().map(|_| "<set>"),
+            )
             .field("service_account", &self.service_account)
             .finish()
     }
@@ -431,13 +446,19 @@ mod tests {
         c.refresh_token_env = None;
         assert!(matches!(
             c.validate(),
-            Err(ConfigError::OAuth2KeyMissing { key: "refresh_token_env", .. })
+            Err(ConfigError::OAuth2KeyMissing {
+                key: "refresh_token_env",
+                ..
+            })
         ));
         let mut c = refresh();
         c.tenant_id = Some("t".into());
         assert!(matches!(
             c.validate(),
-            Err(ConfigError::OAuth2KeyNotForFlow { key: "tenant_id", .. })
+            Err(ConfigError::OAuth2KeyNotForFlow {
+                key: "tenant_id",
+                ..
+            })
         ));
         let mut ms = OAuth2Config {
             tenant_id: Some("contoso".into()),
@@ -468,20 +489,30 @@ mod tests {
         let google = OAuth2Config::new(OAuth2Flow::GoogleServiceAccount);
         assert!(matches!(
             google.validate(),
-            Err(ConfigError::OAuth2KeyMissing { key: "service_account_key_file", .. })
+            Err(ConfigError::OAuth2KeyMissing {
+                key: "service_account_key_file",
+                ..
+            })
         ));
     }
 
     #[test]
     fn urls_are_https_or_loopback_http() {
         let mut c = refresh();
-        for ok in ["https://idp.example/token", "http://127.0.0.1:9/t", "http://localhost/t"] {
+        for ok in [
+            "https://idp.example/token",
+            "http://127.0.0.1:9/t",
+            "http://localhost/t",
+        ] {
             c.token_url = Some(ok.into());
             c.validate().unwrap();
         }
         for bad in ["http://idp.example/token", "ftp://x/y", "not a url"] {
             c.token_url = Some(bad.into());
-            assert!(matches!(c.validate(), Err(ConfigError::OAuth2BadUrl { .. })), "{bad}");
+            assert!(
+                matches!(c.validate(), Err(ConfigError::OAuth2BadUrl { .. })),
+                "{bad}"
+            );
         }
     }
 
@@ -495,6 +526,9 @@ mod tests {
         c.client_secret_env = Some("MISSING_SECRET".into());
         let err = c.resolve(&env).unwrap_err().to_string();
         assert!(err.contains("MISSING_SECRET"), "{err}");
-        assert_ne!(secrets.seed_fingerprint(), OAuthSecrets::default().seed_fingerprint());
+        assert_ne!(
+            secrets.seed_fingerprint(),
+            OAuthSecrets::default().seed_fingerprint()
+        );
     }
 }

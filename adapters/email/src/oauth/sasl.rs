@@ -53,7 +53,10 @@ impl Authenticator for BearerAuthenticator {
             self.sent = true;
             return self.initial_response();
         }
-        let text = String::from_utf8_lossy(challenge).chars().take(500).collect();
+        let text = String::from_utf8_lossy(challenge)
+            .chars()
+            .take(500)
+            .collect();
         *self.server_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
         match self.mechanism {
             SaslMechanism::Xoauth2 => Vec::new(),

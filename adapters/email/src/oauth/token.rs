@@ -172,16 +172,22 @@ impl Tokens {
         sink: &S,
         source: &str,
     ) -> Result<String, TokenError> {
-        let url = self
-            .config
-            .token_endpoint(self.secrets.service_account.as_ref().and_then(|s| s.token_uri.as_deref()));
+        let url = self.config.token_endpoint(
+            self.secrets
+                .service_account
+                .as_ref()
+                .and_then(|s| s.token_uri.as_deref()),
+        );
         let mut form: Vec<(&str, String)> = Vec::new();
         match self.config.flow {
             OAuth2Flow::RefreshToken => {
                 let refresh = self.refresh_token(sink, source).await?;
                 form.push(("grant_type", "refresh_token".into()));
                 form.push(("refresh_token", refresh));
-                form.push(("client_id", self.config.client_id.clone().unwrap_or_default()));
+                form.push((
+                    "client_id",
+                    self.config.client_id.clone().unwrap_or_default(),
+                ));
                 if let Some(secret) = &self.secrets.client_secret {
                     form.push(("client_secret", secret.clone()));
                 }
@@ -233,7 +239,10 @@ impl Tokens {
                 .store_refresh_token(source, &self.secrets.seed_fingerprint(), &rotated)
                 .await
             {
-                Ok(()) => info!(source, "the provider rotated the refresh token; stored the new one"),
+                Ok(()) => info!(
+                    source,
+                    "the provider rotated the refresh token; stored the new one"
+                ),
                 Err(error) => warn!(source, %error,
                     "the provider rotated the refresh token but it could not be stored; using it from memory"),
             }
@@ -368,15 +377,26 @@ mod tests {
     #[test]
     fn provider_errors_get_stable_names_and_keep_their_description() {
         assert_eq!(refused("invalid_client", None).kind(), "invalid_client");
-        assert_eq!(refused("unauthorized_client", None).kind(), "invalid_client");
-        assert_eq!(refused("invalid_grant", Some("Token has been expired or revoked.")).kind(), "invalid_grant");
         assert_eq!(
-            refused("invalid_grant", Some("AADSTS65001: The user or administrator has not consented")).kind(),
+            refused("unauthorized_client", None).kind(),
+            "invalid_client"
+        );
+        assert_eq!(
+            refused("invalid_grant", Some("Token has been expired or revoked.")).kind(),
+            "invalid_grant"
+        );
+        assert_eq!(
+            refused(
+                "invalid_grant",
+                Some("AADSTS65001: The user or administrator has not consented")
+            )
+            .kind(),
             "consent_missing"
         );
         assert_eq!(refused("consent_required", None).kind(), "consent_missing");
         assert_eq!(refused("server_error", None).kind(), "token_endpoint_error");
-        let shown = refused("invalid_grant", Some("Token has been expired or revoked.")).to_string();
+        let shown =
+            refused("invalid_grant", Some("Token has been expired or revoked.")).to_string();
         assert_eq!(
             shown,
             "the OAuth2 token endpoint refused the request: invalid_grant (Token has been expired or revoked.)"
