@@ -73,11 +73,11 @@ impl SourceSettings for EmailSourceConfig {
 
     fn resolve(&self, env: EnvLookup<'_>) -> Result<ResolvedSource, String> {
         let credentials = match (&self.auth, &self.oauth2) {
-            (Auth::Oauth2, Some(oauth2)) => Credentials::OAuth2(
+            (Auth::Oauth2, Some(oauth2)) => Credentials::OAuth2(Box::new(
                 oauth2
                     .resolve(env)
                     .map_err(|error| format!("{KIND} source `{}`: {error}", self.name))?,
-            ),
+            )),
             _ => Credentials::Password(self.secret(env, &self.password_env)?),
         };
         Ok(ResolvedSource::Email {

@@ -100,7 +100,7 @@ async fn the_refresh_token_flow_reads_mail_once_and_a_rotated_token_survives_a_r
         return;
     };
     let idp = Idp::start().await;
-    idp.state.lock().unwrap().rotate = true;
+    idp.state.lock().expect("idp state").rotate = true;
     idp.add_refresh_token(SEED_REFRESH_TOKEN, CLIENT_ID);
     let dovecot = OAuthDovecot::start(&idp.introspection_url());
     let mut client = dovecot.client().await;
@@ -151,7 +151,7 @@ async fn the_refresh_token_flow_reads_mail_once_and_a_rotated_token_survives_a_r
     let rotated: Vec<String> = idp
         .state
         .lock()
-        .unwrap()
+        .expect("idp state")
         .refresh_tokens
         .keys()
         .cloned()
@@ -181,7 +181,7 @@ async fn the_refresh_token_flow_reads_mail_once_and_a_rotated_token_survives_a_r
     // The server refuses the cached token (revoked after issue) on the next login: one new
     // token, one retry, and mail keeps coming.
     {
-        let mut state = idp.state.lock().unwrap();
+        let mut state = idp.state.lock().expect("idp state");
         let issued: Vec<String> = state.access_tokens.keys().cloned().collect();
         state.revoked.extend(issued);
     }
@@ -253,7 +253,7 @@ async fn microsoft_client_credentials_and_a_google_service_account_read_mail_end
     create(&mut client, &google_box).await;
 
     let (private_key, public_key) = rsa_key(db.dir.path());
-    idp.state.lock().unwrap().service_account_key = Some(public_key);
+    idp.state.lock().expect("idp state").service_account_key = Some(public_key);
     let key_file = db.dir.path().join("service-account.json");
     let key_json = serde_json::json!({
         "type": "service_account",
@@ -290,7 +290,7 @@ async fn microsoft_client_credentials_and_a_google_service_account_read_mail_end
     assert_eq!(outcomes(&ms_rows), ["routed"]);
     assert_eq!(outcomes(&google_rows), ["routed"]);
     let grants = idp.grants();
-    let rejections = idp.state.lock().unwrap().rejections.clone();
+    let rejections = idp.state.lock().expect("idp state").rejections.clone();
     assert!(rejections.is_empty(), "{rejections:?}");
     let ms_grant = grants
         .iter()
@@ -331,7 +331,7 @@ async fn a_token_that_expires_mid_idle_is_replaced_once_and_later_mail_still_arr
     };
     let idp = Idp::start().await;
     // Renewed a quarter of its life (2.5 s) before it expires.
-    idp.state.lock().unwrap().lifetime = Duration::from_secs(10);
+    idp.state.lock().expect("idp state").lifetime = Duration::from_secs(10);
     idp.add_refresh_token(SEED_REFRESH_TOKEN, CLIENT_ID);
     let dovecot = OAuthDovecot::start(&idp.introspection_url());
     let mut client = dovecot.client().await;
@@ -388,12 +388,12 @@ async fn refusals_are_named_in_readyz_metrics_and_the_log_once_without_secrets()
     idp.add_refresh_token("rt-refused-at-imap", "refused-app");
     idp.state
         .lock()
-        .unwrap()
+        .expect("idp state")
         .refused_clients
         .insert("refused-app".into());
     idp.state
         .lock()
-        .unwrap()
+        .expect("idp state")
         .unconsented_tenants
         .insert("fabrikam".into());
     let dovecot = OAuthDovecot::start(&idp.introspection_url());
@@ -606,12 +606,12 @@ async fn mailbox_test_signs_in_once_names_the_failing_step_and_check_validates_t
         return;
     };
     let idp = Idp::start().await;
-    idp.state.lock().unwrap().rotate = true;
+    idp.state.lock().expect("idp state").rotate = true;
     idp.add_refresh_token(SEED_REFRESH_TOKEN, CLIENT_ID);
     idp.add_refresh_token("rt-refused-at-imap", "refused-app");
     idp.state
         .lock()
-        .unwrap()
+        .expect("idp state")
         .refused_clients
         .insert("refused-app".into());
     let dovecot = OAuthDovecot::start(&idp.introspection_url());

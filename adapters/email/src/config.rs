@@ -55,7 +55,7 @@ pub struct EmailSourceConfig {
     pub password_env: String,
     /// Where the access token comes from (`auth = "oauth2"`).
     #[serde(default)]
-    pub oauth2: Option<OAuth2Config>,
+    pub oauth2: Option<Box<OAuth2Config>>,
     /// Where a mailbox seen for the first time starts: `now` (default), `beginning` or an
     /// RFC 3339 date.
     #[serde(default)]

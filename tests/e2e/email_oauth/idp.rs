@@ -90,7 +90,7 @@ impl Idp {
             .route("/introspect", post(introspect))
             .with_state(state.clone());
         let (addr, server) = super::super::harness::serve_local(app).await;
-        state.lock().unwrap().token_url = format!("http://{addr}/token");
+        state.lock().expect("idp state").token_url = format!("http://{addr}/token");
         Idp {
             addr,
             state,
@@ -108,14 +108,14 @@ impl Idp {
 
     /// Registers a working refresh token of `client`.
     pub fn add_refresh_token(&self, token: &str, client: &str) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.lock().expect("idp state");
         state
             .refresh_tokens
             .insert(token.to_owned(), client.to_owned());
     }
 
     pub fn grants(&self) -> Vec<Grant> {
-        self.state.lock().unwrap().grants.clone()
+        self.state.lock().expect("idp state").grants.clone()
     }
 
     pub fn grants_of(&self, client: &str) -> usize {
@@ -129,7 +129,7 @@ impl Idp {
     pub fn accepted_at_imap(&self, token: &str) -> bool {
         self.state
             .lock()
-            .unwrap()
+            .expect("idp state")
             .introspections
             .iter()
             .any(|(t, ok)| t == token && *ok)
@@ -137,7 +137,7 @@ impl Idp {
 
     /// Every secret the provider handed out or holds: none may appear in a log.
     pub fn secrets(&self) -> Vec<String> {
-        let state = self.state.lock().unwrap();
+        let state = self.state.lock().expect("idp state");
         let mut all: Vec<String> = state.access_tokens.keys().cloned().collect();
         all.extend(state.refresh_tokens.keys().cloned());
         all.extend(state.grants.iter().filter_map(|g| g.issued.clone()));
@@ -179,7 +179,7 @@ async fn token(
     State(state): State<Arc<Mutex<IdpState>>>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
-    let mut state = state.lock().unwrap();
+    let mut state = state.lock().expect("idp state");
     let grant_type = form.get("grant_type").cloned().unwrap_or_default();
     state.grants.push(Grant {
         grant_type: grant_type.clone(),
@@ -278,7 +278,7 @@ async fn microsoft_token(
     Path(tenant): Path<String>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
-    let mut state = state.lock().unwrap();
+    let mut state = state.lock().expect("idp state");
     let client = form.get("client_id").cloned().unwrap_or_default();
     state.grants.push(Grant {
         grant_type: form.get("grant_type").cloned().unwrap_or_default(),
@@ -330,7 +330,7 @@ async fn introspect(
     State(state): State<Arc<Mutex<IdpState>>>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Json<Value> {
-    let mut state = state.lock().unwrap();
+    let mut state = state.lock().expect("idp state");
     let token = form.get("token").cloned().unwrap_or_default();
     let active = match state.access_tokens.get(&token) {
         Some((client, expires)) => {

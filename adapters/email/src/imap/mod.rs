@@ -85,8 +85,8 @@ pub async fn run_poller<S: MailboxSink>(
 ) {
     let tokens = match (&credentials, &config.oauth2) {
         (Credentials::OAuth2(secrets), Some(oauth2)) => Some(Tokens::new(
-            oauth2.clone(),
-            secrets.clone(),
+            (**oauth2).clone(),
+            (**secrets).clone(),
             config.username.clone(),
         )),
         _ => None,

@@ -44,7 +44,11 @@ pub async fn probe<T: TokenStore>(
     let (sign_in, signed_in_with) = match (credentials, &config.oauth2) {
         (Credentials::Password(password), _) => (SignIn::Password(password), "password".into()),
         (Credentials::OAuth2(secrets), Some(oauth2)) => {
-            let mut tokens = Tokens::new(oauth2.clone(), secrets.clone(), config.username.clone());
+            let mut tokens = Tokens::new(
+                (**oauth2).clone(),
+                (**secrets).clone(),
+                config.username.clone(),
+            );
             token = tokens
                 .fetch(token_store, &config.name)
                 .await

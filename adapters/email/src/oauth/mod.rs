@@ -378,7 +378,7 @@ pub enum Credentials {
     /// `auth = "password"`: the value of `password_env`.
     Password(String),
     /// `auth = "oauth2"`.
-    OAuth2(OAuthSecrets),
+    OAuth2(Box<OAuthSecrets>),
 }
 
 impl std::fmt::Debug for Credentials {
@@ -520,7 +520,7 @@ mod tests {
     fn resolve_names_the_missing_variable_and_debug_hides_values() {
         let env = |name: &str| (name == "RT").then(|| "1//secret-refresh".to_owned());
         let secrets = refresh().resolve(&env).unwrap();
-        let shown = format!("{:?}", Credentials::OAuth2(secrets.clone()));
+        let shown = format!("{:?}", Credentials::OAuth2(Box::new(secrets.clone())));
         assert!(!shown.contains("secret-refresh"), "{shown}");
         let mut c = refresh();
         c.client_secret_env = Some("MISSING_SECRET".into());
