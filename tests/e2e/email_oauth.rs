@@ -322,6 +322,86 @@ async fn microsoft_client_credentials_and_a_google_service_account_read_mail_end
 }
 
 #[tokio::test]
+async fn a_microsoft_certificate_credential_signs_an_assertion_the_endpoint_verifies() {
+    if !available() {
+        return;
+    }
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let idp = Idp::start().await;
+    let dovecot = OAuthDovecot::start(&idp.introspection_url());
+    let mut client = dovecot.client().await;
+    let (source, mailbox) = (unique("m365-cert"), unique("box"));
+    create(&mut client, &mailbox).await;
+    // The app's certificate and key, made with the openssl CLI.
+    let dir = db.dir.path();
+    let (cert, key) = (dir.join("app.pem"), dir.join("app.key"));
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl");
+        assert!(output.status.success(), "openssl {args:?}");
+        output.stdout
+    };
+    let path = |p: &std::path::Path| p.to_str().expect("path").to_owned();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=switchyard-app",
+        "-keyout",
+        &path(&key),
+        "-out",
+        &path(&cert),
+    ]);
+    let certificate = run(&["x509", "-in", &path(&cert), "-outform", "DER"]);
+    let public = run(&[
+        "rsa",
+        "-in",
+        &path(&key),
+        "-RSAPublicKey_out",
+        "-outform",
+        "DER",
+    ]);
+    idp.state.lock().expect("idp state").app_certificate = Some((public, certificate));
+    let table = format!(
+        "flow = \"microsoft_client_credentials\"\nauthority = \"{}\"\ntenant_id = \"{MS_TENANT}\"\n\
+         client_id = \"{CLIENT_ID}\"\ncertificate_file = \"{}\"\nprivate_key_file = \"{}\"\n",
+        idp.url(""),
+        cert.display(),
+        key.display()
+    );
+    let text = config(
+        &db,
+        &format!(
+            "{}{TRIAGE}",
+            oauth_source(&dovecot, &source, &mailbox, &table)
+        ),
+    );
+    let daemon = Daemon::start(&db, &text, &[]).await;
+    append(&mut client, &mailbox, &message("cert", 1, "")).await;
+    let rows = wait_for_rows(&daemon, &source, 1, Duration::from_secs(30)).await;
+    assert_eq!(outcomes(&rows), ["routed"]);
+    let rejections = idp.state.lock().expect("idp state").rejections.clone();
+    assert!(rejections.is_empty(), "{rejections:?}");
+    let grant = idp
+        .grants()
+        .into_iter()
+        .find(|g| g.issued.is_some())
+        .expect("a token");
+    assert_eq!(grant.grant_type, "client_credentials");
+    assert!(idp.accepted_at_imap(grant.issued.as_deref().expect("issued")));
+    daemon.stop();
+}
+
+#[tokio::test]
 async fn a_token_that_expires_mid_idle_is_replaced_once_and_later_mail_still_arrives() {
     if !available() {
         return;

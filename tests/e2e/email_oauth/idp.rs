@@ -52,6 +52,9 @@ pub struct IdpState {
     pub lifetime: Duration,
     /// The service account key's public half (PKCS#1 DER) and the subject it may act as.
     pub service_account_key: Option<Vec<u8>>,
+    /// A Microsoft app's certificate credential: its public key (PKCS#1 DER) and the
+    /// certificate's DER (its SHA-1 is the assertion's `x5t`).
+    pub app_certificate: Option<(Vec<u8>, Vec<u8>)>,
     pub grants: Vec<Grant>,
     /// Every token Dovecot asked about, and the answer.
     pub introspections: Vec<(String, bool)>,
@@ -273,6 +276,60 @@ fn verify_service_account(state: &IdpState, assertion: &str) -> Result<(), Strin
     Ok(())
 }
 
+/// The Microsoft identity platform's checks of a certificate credential: RS256 by the
+/// certificate's key, `x5t` its SHA-1 thumbprint, `iss` = `sub` = the client, `aud` this
+/// endpoint, not expired.
+fn verify_client_assertion(
+    state: &IdpState,
+    assertion: &str,
+    client: &str,
+    audience: &str,
+) -> Result<(), String> {
+    let (key, certificate) = state
+        .app_certificate
+        .as_ref()
+        .ok_or("no certificate is registered")?;
+    let (header, claims) = verify_rs256(key, assertion)?;
+    let thumbprint = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, certificate);
+    let now = chrono::Utc::now().timestamp();
+    let checks = [
+        (
+            header["x5t"] == URL_SAFE_NO_PAD.encode(thumbprint.as_ref()).as_str(),
+            "x5t",
+        ),
+        (
+            claims["iss"] == client && claims["sub"] == client,
+            "iss/sub",
+        ),
+        (claims["aud"] == audience, "aud"),
+        (claims["exp"].as_i64().is_some_and(|exp| exp > now), "exp"),
+    ];
+    for (ok, claim) in checks {
+        if !ok {
+            return Err(format!("bad `{claim}` in {header} {claims}"));
+        }
+    }
+    Ok(())
+}
+
+/// Verifies an RS256 JWT with `key` (PKCS#1 DER); its header and claims.
+fn verify_rs256(key: &[u8], jwt: &str) -> Result<(Value, Value), String> {
+    let parts: Vec<&str> = jwt.split('.').collect();
+    let [header, claims, signature] = parts[..] else {
+        return Err("not a JWT".into());
+    };
+    let decode = |part: &str| URL_SAFE_NO_PAD.decode(part).map_err(|e| e.to_string());
+    ring::signature::UnparsedPublicKey::new(&ring::signature::RSA_PKCS1_2048_8192_SHA256, key)
+        .verify(format!("{header}.{claims}").as_bytes(), &decode(signature)?)
+        .map_err(|_| "the assertion's signature does not verify".to_owned())?;
+    let header: Value = serde_json::from_slice(&decode(header)?).map_err(|e| e.to_string())?;
+    let claims: Value = serde_json::from_slice(&decode(claims)?).map_err(|e| e.to_string())?;
+    if header["alg"] != "RS256" {
+        return Err(format!("alg is not RS256: {header}"));
+    }
+    Ok((header, claims))
+}
+
 async fn microsoft_token(
     State(state): State<Arc<Mutex<IdpState>>>,
     Path(tenant): Path<String>,
@@ -288,7 +345,18 @@ async fn microsoft_token(
     if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
         return oauth_error(StatusCode::BAD_REQUEST, "unsupported_grant_type", "");
     }
-    if form.get("client_secret").map(String::as_str) != Some(CLIENT_SECRET) {
+    let assertion_type = form.get("client_assertion_type").map(String::as_str);
+    if assertion_type == Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer") {
+        let audience = format!(
+            "{}/{tenant}/oauth2/v2.0/token",
+            state.token_url.trim_end_matches("/token")
+        );
+        let assertion = form.get("client_assertion").cloned().unwrap_or_default();
+        if let Err(why) = verify_client_assertion(&state, &assertion, &client, &audience) {
+            state.rejections.push(why.clone());
+            return oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", &why);
+        }
+    } else if form.get("client_secret").map(String::as_str) != Some(CLIENT_SECRET) {
         return oauth_error(
             StatusCode::UNAUTHORIZED,
             "invalid_client",
