@@ -16,8 +16,10 @@ mod body;
 mod cloudevents;
 mod email;
 mod ingest;
+mod json_webhook;
 mod pollers;
 mod slack;
+mod web_form;
 mod webhook;
 
 use axum::Router;
@@ -37,6 +39,8 @@ pub static CHANNELS: &[&dyn Channel] = &[
     &slack::Slack,
     &email::Email,
     &cloudevents::CloudEvents,
+    &json_webhook::JsonWebhook,
+    &web_form::WebForm,
 ];
 
 /// What the daemon does with one channel beyond its config (`config::SourceSettings`).
