@@ -20,6 +20,7 @@ mod e2e {
     mod email;
     mod hardening;
     mod hostile;
+    mod json_webhook;
     mod leases;
     mod metrics;
     mod outage;

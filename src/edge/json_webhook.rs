@@ -227,7 +227,8 @@ pub(crate) fn normalize_request(
             Err(error) => Delivery::new(
                 intake_id,
                 name,
-                fallback(),
+                switchyard_json_webhook::delivery_id_of(config, body, &header)
+                    .unwrap_or_else(fallback),
                 DeliveryBody::Invalid {
                     detail: format!("{}: {error}", error.detail()),
                 },

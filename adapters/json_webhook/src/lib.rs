@@ -33,3 +33,19 @@ pub fn normalize_json<'h>(
     };
     config.mapping().apply(&config.tenant, &input, raw_ref)
 }
+
+/// The mapped delivery id alone, for a delivery the rest of the mapping could not read (it is
+/// recorded `invalid_event` under the sender's id, so its retry is a duplicate of it).
+pub fn delivery_id_of<'h>(
+    config: &JsonWebhookSourceConfig,
+    body: &[u8],
+    header: &'h template::HeaderFn<'h>,
+) -> Option<String> {
+    let template = config.delivery_id.as_ref()?;
+    let body = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+    let input = Input {
+        body: &body,
+        header,
+    };
+    template.render("delivery_id", &input).ok()
+}
