@@ -41,5 +41,6 @@ mod e2e {
     mod systemd;
     mod traces;
     mod waits;
+    mod web_form;
     mod webhook;
 }
