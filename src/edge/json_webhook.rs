@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::body::{Unverified, stored_message_key};
 use super::ingest::{Endpoint, Step, Submit, serve};
-use super::{Again, Channel, Stored};
+use super::{Again, Channel, DryRun, DryRunResult, Stored};
 use crate::config::{EnvLookup, ResolvedSource, SourceConfig, SourceSettings};
 use crate::http::AppState;
 use crate::http::intake_answer::{self, Style};
@@ -38,6 +38,10 @@ impl Channel for JsonWebhook {
 
     fn routes(&self) -> Option<Router<AppState>> {
         Some(Router::new().route("/v1/ingest/json_webhook/{name}", post(serve::<JsonWebhook>)))
+    }
+
+    fn dry_run(&self, source: &ResolvedSource, run: &DryRun<'_>) -> Option<DryRunResult> {
+        super::ingest::dry_run::<JsonWebhook>(source, run.name, run.request, run.live, run.skip_verify)
     }
 
     fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again> {
@@ -158,6 +162,10 @@ impl Endpoint for JsonWebhook {
     const KIND: &'static str = KIND;
     type Source<'l> = (&'l JsonWebhookSourceConfig, &'l Verifier);
     type Verified<'r> = Verified;
+
+    fn unverified(_request: &Unverified) -> Option<Verified> {
+        Some(Verified::default())
+    }
 
     fn source(source: &ResolvedSource) -> Option<Self::Source<'_>> {
         match source {

@@ -31,7 +31,7 @@ use switchyard_json_webhook::{Submission, WebFormSourceConfig, normalize_form, u
 use uuid::Uuid;
 
 use super::body::{self, UnverifiedBudget};
-use super::{Again, Channel, Stored};
+use super::{Again, Channel, DryRun, DryRunResult, Stored};
 use crate::config::{EnvLookup, ResolvedSource, SourceConfig, SourceSettings};
 use crate::http::intake_answer::{self, Style};
 use crate::http::{ApiError, AppState};
@@ -71,6 +71,41 @@ impl Channel for WebForm {
             stored.raw_ref,
         ));
         Some(Again::of(read.body))
+    }
+
+    /// The `Origin` check (unless `skip_verify`), then the fields as the endpoint reads them;
+    /// the client's rate is the running daemon's and is not tried.
+    fn dry_run(&self, source: &ResolvedSource, run: &DryRun<'_>) -> Option<DryRunResult> {
+        let config = form_of(source)?;
+        let headers = &run.request.headers;
+        let intake_id = Uuid::now_v7();
+        let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+        if !run.skip_verify && !origin.is_some_and(|o| config.allows(o)) {
+            return Some(Err(intake_answer::refuse(
+                Outcome::UnauthorizedSource,
+                format!(
+                    "{}: allowed_origins is {:?} (pass --header Origin:<one of them>)",
+                    origin.map_or("missing_origin".into(), |o| format!("foreign_origin `{o}`")),
+                    config.allowed_origins
+                ),
+                Style::Standard,
+            )));
+        }
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/x-www-form-urlencoded");
+        let read = futures::executor::block_on(read_submission(
+            config,
+            content_type,
+            run.request.body.clone(),
+            headers,
+            &Delivery::raw_ref(intake_id),
+        ));
+        let id = read
+            .identity
+            .unwrap_or_else(|| digest_id(&run.request.body));
+        Some(Ok(Delivery::new(intake_id, run.name, id, read.body)))
     }
 
     fn stored_here(&self, content_type: &str) -> bool {
