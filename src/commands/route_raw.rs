@@ -61,11 +61,13 @@ pub async fn route_raw(config_path: &Path, args: RawArgs<'_>) -> anyhow::Result<
             *first
         }
     };
-    // The source's own secrets, from the environment: verifying needs them.
-    let resolved = if args.skip_verify {
-        source.resolve(&stand_in_env)
-    } else {
+    // The source's own secrets, from the environment: verifying needs them. A source that
+    // signs nothing (a mailbox's password is for IMAP) needs none for a dry run.
+    let verifies = !args.skip_verify && source.settings().signing_secret_env().is_some();
+    let resolved = if verifies {
         source.resolve(&process_env)
+    } else {
+        source.resolve(&stand_in_env)
     }
     .map_err(|error| {
         anyhow::anyhow!("{error} (set it to verify, or pass --skip-verify to map the body alone)")

@@ -260,3 +260,82 @@ async fn a_missing_field_is_invalid_event_naming_key_and_pointer() {
     assert_eq!(daemon.runs("").await.len(), 0);
     daemon.stop();
 }
+
+/// `switchyard route --source --body` on every kind of source in `examples/all-sources.toml`:
+/// verified with the secret in the environment (a wrong one refused), or mapped alone with
+/// `--skip-verify`, and explained.
+#[test]
+fn route_dry_runs_a_raw_body_for_every_source_kind() {
+    let dir = tempfile::tempdir().expect("dir");
+    let example = std::fs::read_to_string(format!(
+        "{}/examples/all-sources.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("example");
+    let db = dir.path().join("none.db");
+    let config = example.replace(
+        "url = \"postgres://postgres@127.0.0.1/test\"",
+        &format!("url = \"sqlite://{}?mode=rwc\"", db.display()),
+    );
+    let path = dir.path().join("switchyard.toml");
+    std::fs::write(&path, config).expect("write");
+    let adapters = format!("{}/adapters", env!("CARGO_MANIFEST_DIR"));
+    let form = dir.path().join("form.txt");
+    std::fs::write(&form, "email=ann%40example.com&message=hi&website=").expect("write");
+    let issue = fixture("github_issues_opened.json");
+    let signature = format!("X-Hub-Signature-256:sha256={}", hex::encode(hmac256(GITHUB_SECRET, &[&issue])));
+    let route = |args: &[&str], secret: &str| {
+        let output = std::process::Command::new(super::harness::binary())
+            .arg("route")
+            .arg("--config")
+            .arg(&path)
+            .args(args)
+            .env("GITHUB_WEBHOOK_SECRET", secret)
+            .output()
+            .expect("run route");
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let github_body = format!("{adapters}/json_webhook/tests/fixtures/github_issues_opened.json");
+    let github_args = [
+        "--source", "github", "--body", &github_body, "--header", &signature,
+        "--header", "X-GitHub-Event:issues", "--header", "X-GitHub-Delivery:d-1",
+    ];
+    let out = route(&github_args, GITHUB_SECRET);
+    assert!(out.contains("delivery_id: d-1"), "{out}");
+    assert!(out.contains("event: webhook github.issues.opened tenant=acme entity=Codertocat/Hello-World#1"), "{out}");
+    assert!(out.contains("`github-issue-triage` at priority 100  <- wins"), "{out}");
+    let out = route(&github_args, "another-secret");
+    assert!(out.contains("refused before intake: HTTP 401"), "{out}");
+    assert!(out.contains("bad_signature"), "{out}");
+    let mut skipped = github_args.to_vec();
+    skipped.push("--skip-verify");
+    assert!(route(&skipped, "another-secret").contains("<- wins"));
+
+    let missing_header = [
+        "--source", "github", "--body", &github_body, "--header", &signature,
+    ];
+    let out = route(&missing_header, GITHUB_SECRET);
+    assert!(out.contains("outcome: invalid_event (missing_field: mapping `event_type`: the request has no `X-GitHub-Event` header)"), "{out}");
+
+    let cases: [(&str, String, &[&str], &str); 6] = [
+        ("zendesk-acme", format!("{adapters}/webhook/tests/fixtures/ticket_created.json"), &["--skip-verify"], "event: webhook ticket.created tenant=acme entity=5158"),
+        ("acme-slack", format!("{adapters}/slack/tests/fixtures/message_in_thread.json"), &["--skip-verify"], "event: slack message tenant=acme"),
+        ("support-inbox", format!("{adapters}/email/tests/fixtures/plain.eml"), &[], "tenant=acme"),
+        ("billing", format!("{adapters}/cloudevents/tests/fixtures/structured_json_data.json"), &["--header", "content-type:application/cloudevents+json", "--skip-verify"], "event: webhook com.example.someevent tenant=acme"),
+        ("stripe-payments", format!("{adapters}/json_webhook/tests/fixtures/stripe_payment_intent_succeeded.json"), &["--skip-verify"], "`payment-received` at priority 100  <- wins"),
+        ("contact", form.display().to_string(), &["--header", "Origin:https://www.example.com"], "`contact-request` at priority 100  <- wins"),
+    ];
+    for (source, body, extra, expected) in cases {
+        let mut args = vec!["--source", source, "--body", &body];
+        args.extend_from_slice(extra);
+        let out = route(&args, GITHUB_SECRET);
+        assert!(out.contains(expected), "{source}: {out}");
+    }
+    let foreign = route(
+        &["--source", "contact", "--body", &form.display().to_string(), "--header", "Origin:https://evil.example"],
+        GITHUB_SECRET,
+    );
+    assert!(foreign.contains("foreign_origin `https://evil.example`"), "{foreign}");
+    assert!(!db.exists(), "a dry run creates no database");
+}
