@@ -8,6 +8,7 @@ mod e2e {
     mod authority;
     mod bounded_runs;
     mod browser;
+    mod browser_form;
     mod ceilings;
     mod chaos;
     mod cli;
