@@ -339,3 +339,37 @@ fn route_dry_runs_a_raw_body_for_every_source_kind() {
     assert!(foreign.contains("foreign_origin `https://evil.example`"), "{foreign}");
     assert!(!db.exists(), "a dry run creates no database");
 }
+
+/// A json_webhook source that maps no delivery id is identified by its body's digest; `check`
+/// says so.
+#[test]
+fn check_warns_when_a_json_webhook_maps_no_delivery_id() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("switchyard.toml");
+    std::fs::write(
+        &path,
+        r#"
+[[source]]
+kind = "json_webhook"
+name = "ci-builds"
+tenant = "acme"
+verify = { preset = "hmac_sha256", secret_env = "CI_HOOK_SECRET", header = "X-Signature", prefix = "sha256=" }
+event_type = "build.{/status}"
+target_entity_id = "{/pipeline}"
+"#,
+    )
+    .expect("write");
+    let output = std::process::Command::new(super::harness::binary())
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("SWITCHYARD_API_TOKEN", super::harness::TOKEN)
+        .env("CI_HOOK_SECRET", "a-secret-of-the-ci")
+        .output()
+        .expect("run check");
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{out}");
+    assert!(
+        out.contains("warning: json_webhook source `ci-builds` maps no `delivery_id`: deliveries are identified by their body's digest"),
+        "{out}"
+    );
+}
