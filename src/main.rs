@@ -90,7 +90,12 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
         /// A JSON file with channel, event_type, tenant_id, target_entity_id (payload optional).
-        #[arg(long, short, required_unless_present = "source", conflicts_with = "source")]
+        #[arg(
+            long,
+            short,
+            required_unless_present = "source",
+            conflicts_with = "source"
+        )]
         event: Option<PathBuf>,
         /// The `[[source]]` whose sender the body comes from.
         #[arg(long, requires = "body")]

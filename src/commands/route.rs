@@ -120,7 +120,7 @@ pub(super) async fn explain_event(
     let explained = explain(
         &loaded.revision,
         &workflows,
-        &event.tenant_id,
+        event.tenant_id,
         event.channel,
         event.event_type,
         event.payload,

@@ -30,8 +30,8 @@ pub struct RawArgs<'a> {
 /// Prints what the source's channel made of the body, and where its event would go.
 pub async fn route_raw(config_path: &Path, args: RawArgs<'_>) -> anyhow::Result<()> {
     let loaded = LoadedConfig::load(config_path)?;
-    let body = std::fs::read(args.body)
-        .with_context(|| format!("cannot read {}", args.body.display()))?;
+    let body =
+        std::fs::read(args.body).with_context(|| format!("cannot read {}", args.body.display()))?;
     let headers = parse_headers(args.headers)?;
     let candidates: Vec<_> = loaded
         .config
@@ -73,8 +73,8 @@ pub async fn route_raw(config_path: &Path, args: RawArgs<'_>) -> anyhow::Result<
         anyhow::anyhow!("{error} (set it to verify, or pass --skip-verify to map the body alone)")
     })?;
     // The rest of the config needs no real secret for a dry run.
-    let settings = Settings::resolve(loaded.clone(), &stand_in_env)
-        .context("the config does not resolve")?;
+    let settings =
+        Settings::resolve(loaded.clone(), &stand_in_env).context("the config does not resolve")?;
     let live = Live::new(settings);
     let channel = channel_of(source).context("the source's kind has no channel")?;
     let request = Unverified::detached(headers, body.into());

@@ -157,9 +157,9 @@ pub enum ResolvedSource {
         key: Option<SigningKey>,
     },
     JsonWebhook {
-        config: JsonWebhookSourceConfig,
+        config: Box<JsonWebhookSourceConfig>,
         /// The preset with every secret in force.
-        verifier: Verifier,
+        verifier: Box<Verifier>,
     },
     WebForm {
         config: WebFormSourceConfig,

@@ -80,7 +80,13 @@ impl Channel for CloudEvents {
     }
 
     fn dry_run(&self, source: &ResolvedSource, run: &DryRun<'_>) -> Option<DryRunResult> {
-        super::ingest::dry_run::<CloudEvents>(source, run.name, run.request, run.live, run.skip_verify)
+        super::ingest::dry_run::<CloudEvents>(
+            source,
+            run.name,
+            run.request,
+            run.live,
+            run.skip_verify,
+        )
     }
 
     /// Structured and batched mode's media types name CloudEvents; binary mode's is the data's.

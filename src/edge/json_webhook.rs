@@ -41,7 +41,13 @@ impl Channel for JsonWebhook {
     }
 
     fn dry_run(&self, source: &ResolvedSource, run: &DryRun<'_>) -> Option<DryRunResult> {
-        super::ingest::dry_run::<JsonWebhook>(source, run.name, run.request, run.live, run.skip_verify)
+        super::ingest::dry_run::<JsonWebhook>(
+            source,
+            run.name,
+            run.request,
+            run.live,
+            run.skip_verify,
+        )
     }
 
     fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again> {
@@ -57,8 +63,12 @@ impl Channel for JsonWebhook {
         }
         let none = |_: &str| None;
         Some(
-            match switchyard_json_webhook::normalize_json(config, stored.body, &none, stored.raw_ref)
-            {
+            match switchyard_json_webhook::normalize_json(
+                config,
+                stored.body,
+                &none,
+                stored.raw_ref,
+            ) {
                 Ok(mapped) => Again::of(DeliveryBody::Route(mapped.event)),
                 Err(error) => Again::of(DeliveryBody::Invalid {
                     detail: format!("{}: {error}", error.detail()),
@@ -102,12 +112,13 @@ impl SourceSettings for JsonWebhookSourceConfig {
             .into_iter()
             .map(|var| self.secret(env, var))
             .collect::<Result<Vec<_>, _>>()?;
-        let verifier = self.verify.verifier(secrets).map_err(|error| {
-            format!("json_webhook source `{}`: {error}", self.name)
-        })?;
+        let verifier = self
+            .verify
+            .verifier(secrets)
+            .map_err(|error| format!("json_webhook source `{}`: {error}", self.name))?;
         Ok(ResolvedSource::JsonWebhook {
-            config: self.clone(),
-            verifier,
+            config: Box::new(self.clone()),
+            verifier: Box::new(verifier),
         })
     }
 
@@ -169,7 +180,7 @@ impl Endpoint for JsonWebhook {
 
     fn source(source: &ResolvedSource) -> Option<Self::Source<'_>> {
         match source {
-            ResolvedSource::JsonWebhook { config, verifier } => Some((config, verifier)),
+            ResolvedSource::JsonWebhook { config, verifier } => Some((&**config, &**verifier)),
             _ => None,
         }
     }
@@ -225,23 +236,31 @@ pub(crate) fn normalize_request(
     body: &[u8],
 ) -> Delivery {
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
-    let fallback = || verified.signed_id.clone().unwrap_or_else(|| digest_id(body));
-    let mut delivery =
-        match switchyard_json_webhook::normalize_json(config, body, &header, &Delivery::raw_ref(intake_id)) {
-            Ok(mapped) => {
-                let id = mapped.delivery_id.unwrap_or_else(fallback);
-                Delivery::new(intake_id, name, id, DeliveryBody::Route(mapped.event))
-            }
-            Err(error) => Delivery::new(
-                intake_id,
-                name,
-                switchyard_json_webhook::delivery_id_of(config, body, &header)
-                    .unwrap_or_else(fallback),
-                DeliveryBody::Invalid {
-                    detail: format!("{}: {error}", error.detail()),
-                },
-            ),
-        };
+    let fallback = || {
+        verified
+            .signed_id
+            .clone()
+            .unwrap_or_else(|| digest_id(body))
+    };
+    let mut delivery = match switchyard_json_webhook::normalize_json(
+        config,
+        body,
+        &header,
+        &Delivery::raw_ref(intake_id),
+    ) {
+        Ok(mapped) => {
+            let id = mapped.delivery_id.unwrap_or_else(fallback);
+            Delivery::new(intake_id, name, id, DeliveryBody::Route(mapped.event))
+        }
+        Err(error) => Delivery::new(
+            intake_id,
+            name,
+            switchyard_json_webhook::delivery_id_of(config, body, &header).unwrap_or_else(fallback),
+            DeliveryBody::Invalid {
+                detail: format!("{}: {error}", error.detail()),
+            },
+        ),
+    };
     if preset.signs_body_only()
         && config
             .delivery_id

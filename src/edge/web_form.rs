@@ -147,12 +147,24 @@ impl SourceSettings for WebFormSourceConfig {
 /// Each client address's GCRA time per source, in memory: a public form's abuse ceiling, per
 /// daemon (a ceiling shared by replicas is `[rates] source.<name>`, counted in the store).
 #[derive(Debug, Clone, Default)]
-pub struct ClientRates(Arc<Mutex<HashMap<(String, Option<IpAddr>), i64>>>);
+pub struct ClientRates(Arc<Mutex<HashMap<ClientKey, i64>>>);
+
+/// A source's name and a client address (`None`: a request without a peer address).
+type ClientKey = (String, Option<IpAddr>);
 
 impl ClientRates {
     /// Admits one submission of `client` to `source`, or names the instant (µs) one would be.
-    fn admit(&self, source: &str, client: Option<IpAddr>, rate: &Rate, now_us: i64) -> Result<(), i64> {
-        let mut times = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    fn admit(
+        &self,
+        source: &str,
+        client: Option<IpAddr>,
+        rate: &Rate,
+        now_us: i64,
+    ) -> Result<(), i64> {
+        let mut times = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if times.len() > 10_000 {
             times.retain(|_, tat| *tat > now_us);
         }
@@ -299,11 +311,11 @@ async fn serve(
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(peer)| crate::server::client_of(peer.ip()));
-    let (config, request) =
-        match body::receive(&budget, &live, KIND, &name, request, form_of).await {
-            Ok(received) => received,
-            Err(refused) => return refused,
-        };
+    let (config, request) = match body::receive(&budget, &live, KIND, &name, request, form_of).await
+    {
+        Ok(received) => received,
+        Err(refused) => return refused,
+    };
     let wants_json = request
         .headers
         .get(header::ACCEPT)
@@ -327,8 +339,8 @@ async fn serve(
                 .admit(&name, client, &config.rate, now_us)
                 .err()
                 .map(|retry_at| {
-                    let seconds = u64::try_from((retry_at - now_us).max(0) / 1_000_000 + 1)
-                        .unwrap_or(1);
+                    let seconds =
+                        u64::try_from((retry_at - now_us).max(0) / 1_000_000 + 1).unwrap_or(1);
                     Refusal::Rate(
                         format!(
                             "client {} is past this form's rate ({}); retry in {seconds} s",
@@ -365,9 +377,12 @@ async fn serve(
         Some(refusal) => {
             let event = read.body.event().cloned();
             let (outcome, detail, status, retry) = match refusal {
-                Refusal::Origin(detail) => {
-                    (Outcome::UnauthorizedSource, detail, StatusCode::FORBIDDEN, None)
-                }
+                Refusal::Origin(detail) => (
+                    Outcome::UnauthorizedSource,
+                    detail,
+                    StatusCode::FORBIDDEN,
+                    None,
+                ),
                 Refusal::Rate(detail, seconds) => (
                     Outcome::RateLimited,
                     detail,
@@ -391,7 +406,10 @@ async fn serve(
                 // The digest within its window: identical posts in one window are one.
                 Some(id) if config.delivery_id.is_none() || id.starts_with("sha256:") => {
                     let window = i64::try_from(config.dedup_window.as_millis()).unwrap_or(i64::MAX);
-                    format!("form:{id}:{}", switchyard_store::now_millis() / window.max(1))
+                    format!(
+                        "form:{id}:{}",
+                        switchyard_store::now_millis() / window.max(1)
+                    )
                 }
                 Some(id) => id,
                 None => digest_id(&request.body),
@@ -441,7 +459,9 @@ async fn answer(
     let mut response = if wants_json {
         Response::from_parts(parts, body)
     } else {
-        let text = axum::body::to_bytes(body, 1 << 16).await.unwrap_or_default();
+        let text = axum::body::to_bytes(body, 1 << 16)
+            .await
+            .unwrap_or_default();
         let answer: Value = serde_json::from_slice(&text).unwrap_or_default();
         let taken = parts.status.is_success();
         let mut page = match (&config.redirect, taken) {
@@ -455,7 +475,8 @@ async fn answer(
             (_, false) => (parts.status, refusal_page(&answer)).into_response(),
         };
         if let Some(retry) = parts.headers.get(header::RETRY_AFTER) {
-            page.headers_mut().insert(header::RETRY_AFTER, retry.clone());
+            page.headers_mut()
+                .insert(header::RETRY_AFTER, retry.clone());
         }
         page
     };

@@ -33,7 +33,9 @@ async fn site(action: String) -> std::net::SocketAddr {
         .route("/", get(move || async move { Html(page(&action)) }))
         .route(
             "/thanks",
-            get(|| async { Html("<!doctype html><title>Thanks</title><h1 id=\"thanks\">Thanks, we got it</h1>") }),
+            get(|| async {
+                Html("<!doctype html><title>Thanks</title><h1 id=\"thanks\">Thanks, we got it</h1>")
+            }),
         );
     serve_local(app).await.0
 }
@@ -147,7 +149,10 @@ triggers = [ {{ channel = "web_form", event_type = "form.submitted", priority = 
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["outcome"], "routed", "{rows:?}");
     assert_eq!(rows[0]["event"]["target_entity_id"], "ann@example.com");
-    assert_eq!(rows[0]["event"]["payload"]["message"], "My order has not arrived");
+    assert_eq!(
+        rows[0]["event"]["payload"]["message"],
+        "My order has not arrived"
+    );
 
     // A bot: sent to the same thank-you page, recorded `ineligible`, no run.
     fill_and_send(&browser, &format!("{origin}/"), "bot@spam.example", true).await;
@@ -180,7 +185,10 @@ triggers = [ {{ channel = "web_form", event_type = "form.submitted", priority = 
         if text.contains("not accepted") {
             break text;
         }
-        assert!(std::time::Instant::now() < deadline, "no refusal page: {text}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refusal page: {text}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
     assert!(refused.contains("unauthorized_source"), "{refused}");
@@ -194,7 +202,11 @@ triggers = [ {{ channel = "web_form", event_type = "form.submitted", priority = 
             .is_some_and(|d| d.contains(&format!("`http://{foreign_site}`"))),
         "{rows:?}"
     );
-    assert_eq!(daemon.runs("").await.len(), 1, "only the person's submission runs");
+    assert_eq!(
+        daemon.runs("").await.len(),
+        1,
+        "only the person's submission runs"
+    );
 
     // The console's Sources page: the URL to paste, the last delivery.
     let console = Console::login(&daemon, "root-token-secret").await;

@@ -69,7 +69,9 @@ pub fn from_example(kinds: &[&str], workflows: &[&str]) -> String {
     );
     out.insert(
         "principal".into(),
-        toml::Value::Array(pick("principal", &|t| t["id"].as_str() == Some("acme-support-bot"))),
+        toml::Value::Array(pick("principal", &|t| {
+            t["id"].as_str() == Some("acme-support-bot")
+        })),
     );
     toml::to_string(&out).expect("serialise")
 }
@@ -97,7 +99,10 @@ fn stripe(body: &[u8], at: i64) -> Vec<(&'static str, String)> {
     let signed = hmac256(STRIPE_SECRET, &[at.to_string().as_bytes(), b".", body]);
     vec![(
         "Stripe-Signature",
-        format!("t={at},v1={},v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39", hex::encode(signed)),
+        format!(
+            "t={at},v1={},v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39",
+            hex::encode(signed)
+        ),
     )]
 }
 
@@ -108,7 +113,10 @@ fn shopify(body: &[u8]) -> Vec<(&'static str, String)> {
             STANDARD.encode(hmac256(SHOPIFY_SECRET, &[body])),
         ),
         ("X-Shopify-Topic", "orders/create".into()),
-        ("X-Shopify-Webhook-Id", "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043".into()),
+        (
+            "X-Shopify-Webhook-Id",
+            "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043".into(),
+        ),
     ]
 }
 
@@ -164,15 +172,54 @@ async fn the_four_mapped_examples_route_to_their_workflows_on_every_backend() {
         let order = fixture("shopify_orders_create.json");
         let chat = fixture("intercom_conversation_user_created.json");
         let cases = [
-            ("github", &issue, github(&issue, "72d3162e-cc78-11e3-81ab-4c9367dc0958"), "github-issue-triage", "webhook", "github.issues.opened", "Codertocat/Hello-World#1", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
-            ("stripe-payments", &payment, stripe(&payment, now), "payment-received", "webhook", "stripe.payment_intent.succeeded", "cus_NffrFeUfNV2Hib", "evt_3MtwBwLkdIwHu7ix28a3tqPa"),
-            ("shopify-orders", &order, shopify(&order), "order-fulfilment", "webhook", "shopify.orders/create", "order:820982911946154508", "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"),
-            ("intercom", &chat, intercom(&chat), "chat-first-response", "chat", "intercom.conversation.user.created", "conversation:147", "notif_ccd8a4d0-f965-11e3-a367-c779cae3e1b3"),
+            (
+                "github",
+                &issue,
+                github(&issue, "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+                "github-issue-triage",
+                "webhook",
+                "github.issues.opened",
+                "Codertocat/Hello-World#1",
+                "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+            ),
+            (
+                "stripe-payments",
+                &payment,
+                stripe(&payment, now),
+                "payment-received",
+                "webhook",
+                "stripe.payment_intent.succeeded",
+                "cus_NffrFeUfNV2Hib",
+                "evt_3MtwBwLkdIwHu7ix28a3tqPa",
+            ),
+            (
+                "shopify-orders",
+                &order,
+                shopify(&order),
+                "order-fulfilment",
+                "webhook",
+                "shopify.orders/create",
+                "order:820982911946154508",
+                "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043",
+            ),
+            (
+                "intercom",
+                &chat,
+                intercom(&chat),
+                "chat-first-response",
+                "chat",
+                "intercom.conversation.user.created",
+                "conversation:147",
+                "notif_ccd8a4d0-f965-11e3-a367-c779cae3e1b3",
+            ),
         ];
         for (source, body, headers, workflow, channel, event_type, entity, delivery) in &cases {
             let (status, answer) = send(&daemon, source, body, headers).await;
             assert_eq!(status, StatusCode::OK, "{backend:?} {source}: {answer}");
-            assert_eq!(answer["outcome"], "routed", "{backend:?} {source}: {answer}");
+            assert_eq!(
+                answer["outcome"], "routed",
+                "{backend:?} {source}: {answer}"
+            );
             assert_eq!(answer["workflow_id"], *workflow, "{source}");
             let row = &daemon.intake(&format!("source={source}")).await[0];
             assert_eq!(row["delivery_id"], *delivery, "{source}");
@@ -181,45 +228,93 @@ async fn the_four_mapped_examples_route_to_their_workflows_on_every_backend() {
             assert_eq!(row["event"]["tenant_id"], "acme", "{source}");
             assert_eq!(row["event"]["target_entity_id"], *entity, "{source}");
             let raw_ref = row["event"]["raw_ref"].as_str().expect("raw_ref");
-            assert_eq!(daemon.raw(raw_ref).await.as_deref(), Ok(&body[..]), "{source}");
+            assert_eq!(
+                daemon.raw(raw_ref).await.as_deref(),
+                Ok(&body[..]),
+                "{source}"
+            );
         }
         let issue_row = &daemon.intake("source=github").await[0];
-        assert_eq!(issue_row["event"]["payload"]["title"], "Spelling error in the README file");
+        assert_eq!(
+            issue_row["event"]["payload"]["title"],
+            "Spelling error in the README file"
+        );
         let payment_row = &daemon.intake("source=stripe-payments").await[0];
         assert_eq!(payment_row["event"]["payload"]["amount"], 2000);
         assert_eq!(daemon.runs("").await.len(), 4, "{backend:?}");
 
         // GitHub's redelivery: same delivery id.
-        let (_, again) = send(&daemon, "github", &issue, &github(&issue, "72d3162e-cc78-11e3-81ab-4c9367dc0958")).await;
+        let (_, again) = send(
+            &daemon,
+            "github",
+            &issue,
+            &github(&issue, "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+        )
+        .await;
         assert_eq!(again["outcome"], "duplicate", "{backend:?}: {again}");
         // A captured request resent with a new (unsigned) delivery header: still the same
         // message, no second run.
-        let (status, resent) = send(&daemon, "github", &issue, &github(&issue, "forged-new-delivery-id")).await;
+        let (status, resent) = send(
+            &daemon,
+            "github",
+            &issue,
+            &github(&issue, "forged-new-delivery-id"),
+        )
+        .await;
         assert_eq!(status, StatusCode::OK, "{resent}");
         assert_eq!(resent["outcome"], "duplicate", "{backend:?}: {resent}");
         // Stripe's retry, signed afresh a minute later.
-        let (_, retry) = send(&daemon, "stripe-payments", &payment, &stripe(&payment, now + 60)).await;
+        let (_, retry) = send(
+            &daemon,
+            "stripe-payments",
+            &payment,
+            &stripe(&payment, now + 60),
+        )
+        .await;
         assert_eq!(retry["outcome"], "duplicate", "{backend:?}: {retry}");
         assert_eq!(daemon.runs("").await.len(), 4, "{backend:?}");
 
         // Refused before anything is read or recorded.
         let ledger_before = daemon.intake("").await.len();
         let mut wrong = github(&issue, "d-wrong");
-        wrong[0].1 = format!("sha256={}", hex::encode(hmac256("not-the-secret", &[&issue])));
+        wrong[0].1 = format!(
+            "sha256={}",
+            hex::encode(hmac256("not-the-secret", &[&issue]))
+        );
         let (status, refused) = send(&daemon, "github", &issue, &wrong).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused}");
         assert_eq!(refused["outcome"], "unauthorized_source");
-        assert!(refused["detail"].as_str().is_some_and(|d| d.starts_with("bad_signature")), "{refused}");
-        let (status, stale) = send(&daemon, "stripe-payments", &payment, &stripe(&payment, now - 600)).await;
+        assert!(
+            refused["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("bad_signature")),
+            "{refused}"
+        );
+        let (status, stale) = send(
+            &daemon,
+            "stripe-payments",
+            &payment,
+            &stripe(&payment, now - 600),
+        )
+        .await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{stale}");
-        assert!(stale["detail"].as_str().is_some_and(|d| d.starts_with("stale_timestamp")), "{stale}");
+        assert!(
+            stale["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("stale_timestamp")),
+            "{stale}"
+        );
         let (status, unsigned) = send(&daemon, "shopify-orders", &order, &[]).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{unsigned}");
         let mut tampered = order.clone();
         tampered.extend_from_slice(b" ");
         let (status, _) = send(&daemon, "shopify-orders", &tampered, &shopify(&order)).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
-        assert_eq!(daemon.intake("").await.len(), ledger_before, "{backend:?}: nothing recorded");
+        assert_eq!(
+            daemon.intake("").await.len(),
+            ledger_before,
+            "{backend:?}: nothing recorded"
+        );
         let (status, _) = send(&daemon, "nope", &issue, &github(&issue, "d")).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
         daemon.stop();
@@ -256,7 +351,12 @@ async fn a_missing_field_is_invalid_event_naming_key_and_pointer() {
     let not_json = b"<xml/>";
     let (status, answer) = send(&daemon, "github", not_json, &github(not_json, "d-xml")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
-    assert!(answer["detail"].as_str().is_some_and(|d| d.starts_with("malformed_body")), "{answer}");
+    assert!(
+        answer["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("malformed_body")),
+        "{answer}"
+    );
     assert_eq!(daemon.runs("").await.len(), 0);
     daemon.stop();
 }
@@ -283,7 +383,10 @@ fn route_dry_runs_a_raw_body_for_every_source_kind() {
     let form = dir.path().join("form.txt");
     std::fs::write(&form, "email=ann%40example.com&message=hi&website=").expect("write");
     let issue = fixture("github_issues_opened.json");
-    let signature = format!("X-Hub-Signature-256:sha256={}", hex::encode(hmac256(GITHUB_SECRET, &[&issue])));
+    let signature = format!(
+        "X-Hub-Signature-256:sha256={}",
+        hex::encode(hmac256(GITHUB_SECRET, &[&issue]))
+    );
     let route = |args: &[&str], secret: &str| {
         let output = std::process::Command::new(super::harness::binary())
             .arg("route")
@@ -293,18 +396,38 @@ fn route_dry_runs_a_raw_body_for_every_source_kind() {
             .env("GITHUB_WEBHOOK_SECRET", secret)
             .output()
             .expect("run route");
-        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
     let github_body = format!("{adapters}/json_webhook/tests/fixtures/github_issues_opened.json");
     let github_args = [
-        "--source", "github", "--body", &github_body, "--header", &signature,
-        "--header", "X-GitHub-Event:issues", "--header", "X-GitHub-Delivery:d-1",
+        "--source",
+        "github",
+        "--body",
+        &github_body,
+        "--header",
+        &signature,
+        "--header",
+        "X-GitHub-Event:issues",
+        "--header",
+        "X-GitHub-Delivery:d-1",
     ];
     let out = route(&github_args, GITHUB_SECRET);
     assert!(out.contains("delivery_id: d-1"), "{out}");
-    assert!(out.contains("event: webhook github.issues.opened tenant=acme entity=Codertocat/Hello-World#1"), "{out}");
-    assert!(out.contains("`github-issue-triage` at priority 100  <- wins"), "{out}");
+    assert!(
+        out.contains(
+            "event: webhook github.issues.opened tenant=acme entity=Codertocat/Hello-World#1"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("`github-issue-triage` at priority 100  <- wins"),
+        "{out}"
+    );
     let out = route(&github_args, "another-secret");
     assert!(out.contains("refused before intake: HTTP 401"), "{out}");
     assert!(out.contains("bad_signature"), "{out}");
@@ -313,18 +436,57 @@ fn route_dry_runs_a_raw_body_for_every_source_kind() {
     assert!(route(&skipped, "another-secret").contains("<- wins"));
 
     let missing_header = [
-        "--source", "github", "--body", &github_body, "--header", &signature,
+        "--source",
+        "github",
+        "--body",
+        &github_body,
+        "--header",
+        &signature,
     ];
     let out = route(&missing_header, GITHUB_SECRET);
     assert!(out.contains("outcome: invalid_event (missing_field: mapping `event_type`: the request has no `X-GitHub-Event` header)"), "{out}");
 
     let cases: [(&str, String, &[&str], &str); 6] = [
-        ("zendesk-acme", format!("{adapters}/webhook/tests/fixtures/ticket_created.json"), &["--skip-verify"], "event: webhook ticket.created tenant=acme entity=5158"),
-        ("acme-slack", format!("{adapters}/slack/tests/fixtures/message_in_thread.json"), &["--skip-verify"], "event: slack message tenant=acme"),
-        ("support-inbox", format!("{adapters}/email/tests/fixtures/plain.eml"), &[], "tenant=acme"),
-        ("billing", format!("{adapters}/cloudevents/tests/fixtures/structured_json_data.json"), &["--header", "content-type:application/cloudevents+json", "--skip-verify"], "event: webhook com.example.someevent tenant=acme"),
-        ("stripe-payments", format!("{adapters}/json_webhook/tests/fixtures/stripe_payment_intent_succeeded.json"), &["--skip-verify"], "`payment-received` at priority 100  <- wins"),
-        ("contact", form.display().to_string(), &["--header", "Origin:https://www.example.com"], "`contact-request` at priority 100  <- wins"),
+        (
+            "zendesk-acme",
+            format!("{adapters}/webhook/tests/fixtures/ticket_created.json"),
+            &["--skip-verify"],
+            "event: webhook ticket.created tenant=acme entity=5158",
+        ),
+        (
+            "acme-slack",
+            format!("{adapters}/slack/tests/fixtures/message_in_thread.json"),
+            &["--skip-verify"],
+            "event: slack message tenant=acme",
+        ),
+        (
+            "support-inbox",
+            format!("{adapters}/email/tests/fixtures/plain.eml"),
+            &[],
+            "tenant=acme",
+        ),
+        (
+            "billing",
+            format!("{adapters}/cloudevents/tests/fixtures/structured_json_data.json"),
+            &[
+                "--header",
+                "content-type:application/cloudevents+json",
+                "--skip-verify",
+            ],
+            "event: webhook com.example.someevent tenant=acme",
+        ),
+        (
+            "stripe-payments",
+            format!("{adapters}/json_webhook/tests/fixtures/stripe_payment_intent_succeeded.json"),
+            &["--skip-verify"],
+            "`payment-received` at priority 100  <- wins",
+        ),
+        (
+            "contact",
+            form.display().to_string(),
+            &["--header", "Origin:https://www.example.com"],
+            "`contact-request` at priority 100  <- wins",
+        ),
     ];
     for (source, body, extra, expected) in cases {
         let mut args = vec!["--source", source, "--body", &body];
@@ -333,10 +495,20 @@ fn route_dry_runs_a_raw_body_for_every_source_kind() {
         assert!(out.contains(expected), "{source}: {out}");
     }
     let foreign = route(
-        &["--source", "contact", "--body", &form.display().to_string(), "--header", "Origin:https://evil.example"],
+        &[
+            "--source",
+            "contact",
+            "--body",
+            &form.display().to_string(),
+            "--header",
+            "Origin:https://evil.example",
+        ],
         GITHUB_SECRET,
     );
-    assert!(foreign.contains("foreign_origin `https://evil.example`"), "{foreign}");
+    assert!(
+        foreign.contains("foreign_origin `https://evil.example`"),
+        "{foreign}"
+    );
     assert!(!db.exists(), "a dry run creates no database");
 }
 

@@ -421,7 +421,14 @@ fn check_warns_when_the_ledger_outlives_no_retry_window() {
         "{warnings:?}"
     );
     let warnings = check("2d");
-    assert_eq!(warnings.len(), 1, "only Stripe retries for longer: {warnings:?}");
-    assert!(warnings[0].contains("Stripe retries for up to three days"), "{warnings:?}");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "only Stripe retries for longer: {warnings:?}"
+    );
+    assert!(
+        warnings[0].contains("Stripe retries for up to three days"),
+        "{warnings:?}"
+    );
     assert!(check("4d").is_empty(), "email never warns");
 }

@@ -124,12 +124,29 @@ async fn a_form_post_is_taken_deduplicated_and_every_refusal_recorded() {
     assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
     let answer: Value = answer.json().await.expect("JSON");
     assert_eq!(answer["outcome"], "invalid_event");
-    assert!(answer["detail"].as_str().is_some_and(|d| d.starts_with("file_refused")), "{answer}");
+    assert!(
+        answer["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("file_refused")),
+        "{answer}"
+    );
 
     // A foreign Origin and none: 403, recorded, no run.
-    let foreign = post(&daemon, Some("https://evil.example"), URLENCODED, "email=eve%40example.com&message=hi", false).await;
+    let foreign = post(
+        &daemon,
+        Some("https://evil.example"),
+        URLENCODED,
+        "email=eve%40example.com&message=hi",
+        false,
+    )
+    .await;
     assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
-    assert!(foreign.headers().get("access-control-allow-origin").is_none());
+    assert!(
+        foreign
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
     let missing = post(&daemon, None, URLENCODED, "email=eve%40example.com", true).await;
     assert_eq!(missing.status(), StatusCode::FORBIDDEN);
     let missing: Value = missing.json().await.expect("JSON");
@@ -163,15 +180,24 @@ async fn a_form_post_is_taken_deduplicated_and_every_refusal_recorded() {
         .collect();
     assert_eq!(outcomes.len(), 6, "{outcomes:?}");
     assert_eq!(outcomes[0].0, "ineligible");
-    assert!(outcomes[0].1.contains("honeypot field `website`"), "{outcomes:?}");
+    assert!(
+        outcomes[0].1.contains("honeypot field `website`"),
+        "{outcomes:?}"
+    );
     assert_eq!(outcomes[1].0, "unauthorized_source");
     assert!(outcomes[1].1.starts_with("missing_origin"), "{outcomes:?}");
     assert_eq!(outcomes[2].0, "unauthorized_source");
-    assert!(outcomes[2].1.contains("`https://evil.example`"), "{outcomes:?}");
+    assert!(
+        outcomes[2].1.contains("`https://evil.example`"),
+        "{outcomes:?}"
+    );
     assert_eq!(outcomes[3].0, "invalid_event");
     assert_eq!(outcomes[4].0, "routed");
     assert_eq!(outcomes[5].0, "routed");
-    assert_eq!(rows[2]["event"]["tenant_id"], "acme", "the form's tenant, recorded");
+    assert_eq!(
+        rows[2]["event"]["tenant_id"], "acme",
+        "the form's tenant, recorded"
+    );
     assert_eq!(daemon.runs("").await.len(), 2);
     daemon.stop();
 }
@@ -188,7 +214,14 @@ async fn a_client_past_its_rate_is_rate_limited_and_recorded() {
         let answer = post(&daemon, Some(ORIGIN_OK), URLENCODED, body, true).await;
         assert_eq!(answer.status(), StatusCode::OK, "post {n}");
     }
-    let answer = post(&daemon, Some(ORIGIN_OK), URLENCODED, "email=p3%40example.com&message=m", true).await;
+    let answer = post(
+        &daemon,
+        Some(ORIGIN_OK),
+        URLENCODED,
+        "email=p3%40example.com&message=m",
+        true,
+    )
+    .await;
     assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry: u64 = answer.headers()["retry-after"]
         .to_str()

@@ -209,8 +209,7 @@ impl WebFormSourceConfig {
             }
         }
         if let Some(redirect) = &self.redirect
-            && !url::Url::parse(redirect)
-                .is_ok_and(|url| matches!(url.scheme(), "http" | "https"))
+            && !url::Url::parse(redirect).is_ok_and(|url| matches!(url.scheme(), "http" | "https"))
         {
             return Err(ConfigError::BadRedirect {
                 name: self.name.clone(),

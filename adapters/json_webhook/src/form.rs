@@ -16,7 +16,11 @@ use crate::template::{HeaderFn, Input, MapError};
 pub fn urlencoded_fields(body: &[u8]) -> Map<String, Value> {
     let mut fields = Map::new();
     for (name, value) in url::form_urlencoded::parse(body) {
-        add_field(&mut fields, name.into_owned(), Value::String(value.into_owned()));
+        add_field(
+            &mut fields,
+            name.into_owned(),
+            Value::String(value.into_owned()),
+        );
     }
     fields
 }
@@ -41,7 +45,10 @@ pub enum Submission {
     /// Mapped: route it.
     Mapped(Mapped),
     /// The honeypot was filled: a bot. The event is kept for the ledger.
-    Bot { detail: String, mapped: Option<Mapped> },
+    Bot {
+        detail: String,
+        mapped: Option<Mapped>,
+    },
 }
 
 /// The submission `fields` of `config`'s form, mapped; the honeypot removed first.

@@ -86,14 +86,22 @@ pub struct VerifyConfig {
 /// A `verify` table that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VerifyConfigError {
-    #[error("`verify` needs `secret_env` or `secret_envs` (a secret, named by environment variable)")]
+    #[error(
+        "`verify` needs `secret_env` or `secret_envs` (a secret, named by environment variable)"
+    )]
     NoSecret,
     #[error("`verify`: `{0}` must name an environment variable")]
     MalformedEnv(String),
     #[error("`verify`: preset `{preset}` needs `{key}`")]
-    Needs { preset: &'static str, key: &'static str },
+    Needs {
+        preset: &'static str,
+        key: &'static str,
+    },
     #[error("`verify`: `{key}` does not apply to preset `{preset}`")]
-    DoesNotApply { preset: &'static str, key: &'static str },
+    DoesNotApply {
+        preset: &'static str,
+        key: &'static str,
+    },
     #[error("`verify`: `tolerance` must be greater than zero")]
     ZeroTolerance,
 }
@@ -105,7 +113,9 @@ pub enum VerifyError {
     MissingHeader(String),
     #[error("the `{header}` header is malformed: {why}")]
     Malformed { header: String, why: String },
-    #[error("the signed timestamp is {age_secs} s from now, more than the {tolerance_secs} s tolerated")]
+    #[error(
+        "the signed timestamp is {age_secs} s from now, more than the {tolerance_secs} s tolerated"
+    )]
     Stale { age_secs: i64, tolerance_secs: i64 },
     #[error("no secret in force verifies the `{0}` header")]
     Mismatch(String),
@@ -170,8 +180,7 @@ impl VerifyConfig {
             return Err(VerifyConfigError::NoSecret);
         }
         for var in vars {
-            if var.is_empty() || var.contains(['=', '\0']) || var.chars().any(char::is_whitespace)
-            {
+            if var.is_empty() || var.contains(['=', '\0']) || var.chars().any(char::is_whitespace) {
                 return Err(VerifyConfigError::MalformedEnv(var.to_owned()));
             }
         }
@@ -328,10 +337,11 @@ impl Verifier {
             }
             Preset::Bearer => {
                 let given = required(header, "Authorization")?;
-                let token = strip_scheme(given, "Bearer").ok_or_else(|| VerifyError::Malformed {
-                    header: "Authorization".into(),
-                    why: "not `Bearer <token>`".into(),
-                })?;
+                let token =
+                    strip_scheme(given, "Bearer").ok_or_else(|| VerifyError::Malformed {
+                        header: "Authorization".into(),
+                        why: "not `Bearer <token>`".into(),
+                    })?;
                 self.any_secret("Authorization", |secret| {
                     ct_eq(token.as_bytes(), secret.as_bytes())
                 })
@@ -343,12 +353,13 @@ impl Verifier {
                         header: "Authorization".into(),
                         why: "not `Basic <base64>`".into(),
                     })?;
-                let decoded = STANDARD
-                    .decode(encoded.trim())
-                    .map_err(|e| VerifyError::Malformed {
-                        header: "Authorization".into(),
-                        why: format!("not base64: {e}"),
-                    })?;
+                let decoded =
+                    STANDARD
+                        .decode(encoded.trim())
+                        .map_err(|e| VerifyError::Malformed {
+                            header: "Authorization".into(),
+                            why: format!("not base64: {e}"),
+                        })?;
                 let username = self.config.username.as_deref().unwrap_or_default();
                 self.any_secret("Authorization", |secret| {
                     let expected = format!("{username}:{secret}");
