@@ -237,3 +237,46 @@ async fn a_client_past_its_rate_is_rate_limited_and_recorded() {
     assert_eq!(daemon.runs("").await.len(), 2);
     daemon.stop();
 }
+
+/// With `delivery_id = "{/submission_id}"` the page's own id names a submission: the same id
+/// again is a `duplicate` whatever its fields, another id is another delivery.
+#[tokio::test]
+async fn a_page_sent_submission_id_names_the_submission() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let text = form_source(ORIGIN_OK, r#"{ limit = 60, per = "1m", burst = 8 }"#).replace(
+        "target_entity_id = \"{/email}\"",
+        "target_entity_id = \"{/email}\"\ndelivery_id = \"{/submission_id}\"",
+    );
+    let daemon = Daemon::start(&db, &config(&db, &text), &[]).await;
+    let send = |body: &'static str| post(&daemon, Some(ORIGIN_OK), URLENCODED, body, true);
+    let first: Value = send("submission_id=s-1&email=ann%40example.com&message=one")
+        .await
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(first["outcome"], "routed", "{first}");
+    let again: Value = send("submission_id=s-1&email=ann%40example.com&message=edited")
+        .await
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(again["outcome"], "duplicate", "{again}");
+    let other: Value = send("submission_id=s-2&email=ann%40example.com&message=one")
+        .await
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(
+        other["outcome"], "entity_locked",
+        "another submission: {other}"
+    );
+    let rows = daemon.intake("source=contact").await;
+    let ids: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r["delivery_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["s-2", "s-1"]);
+    daemon.stop();
+}
