@@ -9,6 +9,7 @@ mod e2e {
     mod authority;
     mod bounded_runs;
     mod browser;
+    mod browser_form;
     mod ceilings;
     mod chaos;
     mod cli;
@@ -23,6 +24,7 @@ mod e2e {
     mod email_start;
     mod hardening;
     mod hostile;
+    mod json_webhook;
     mod leases;
     mod metrics;
     mod outage;
@@ -43,5 +45,6 @@ mod e2e {
     mod systemd;
     mod traces;
     mod waits;
+    mod web_form;
     mod webhook;
 }
