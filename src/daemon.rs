@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 
 use crate::config::Settings;
 use crate::dispatcher::{Dispatcher, TargetHealths, Wake};
-use crate::edge::{Pollers, SourceStatuses};
+use crate::edge::{Pollers, SocketMode, SourceStatuses};
 use crate::http::{self, AppState};
 use crate::intake::Intake;
 use crate::live::{Live, LiveConfig};
@@ -21,6 +21,7 @@ use crate::store::{DbErr, Store};
 pub struct Daemon {
     state: AppState,
     pollers: Pollers,
+    socket_mode: SocketMode,
     dispatcher: Arc<Dispatcher>,
     retention: Arc<Retention>,
     wait_timers: Arc<crate::waits::timers::WaitTimers>,
@@ -94,13 +95,17 @@ impl Daemon {
             live,
             intake,
             sources,
+            sockets: Arc::default(),
             wake,
             targets,
             console: Arc::default(),
             pending: Arc::default(),
         };
+        let socket_mode = SocketMode::new(state.clone());
+        socket_mode.apply(&state.live.current().settings.sources).await;
         Ok(Self {
             state,
+            socket_mode,
             pollers,
             dispatcher,
             retention,
@@ -148,6 +153,7 @@ impl Daemon {
         let sources = live.settings.sources.clone();
         self.state.live.replace(live);
         self.pollers.apply(&sources).await;
+        self.socket_mode.apply(&sources).await;
         Ok(())
     }
 
@@ -207,6 +213,7 @@ impl Daemon {
         crate::server::serve(listener, app, limits, shutdown).await;
         // Pollers log out and release their leases, so another replica takes over at once.
         self.pollers.shutdown().await;
+        self.socket_mode.shutdown().await;
         // Deliveries in flight finish and are recorded, or stay claimed and are sent again.
         self.dispatcher.shutdown().await;
         self.retention.shutdown().await;

@@ -35,6 +35,7 @@ mod e2e {
     mod security_tenants;
     mod shadow;
     mod slack;
+    mod slack_socket;
     mod spine;
     mod sqlite;
     mod systemd;

@@ -132,7 +132,12 @@ pub enum ResolvedSource {
     },
     Slack {
         config: SlackSourceConfig,
-        secret: String,
+        /// `None` in Socket Mode without `signing_secret_env`: HTTP callbacks are refused.
+        secret: Option<String>,
+        /// The app-level token (`xapp-...`) that opens Socket Mode connections.
+        app_token: Option<String>,
+        /// The bot token (`xoxb-...`) that posts and updates approval messages.
+        bot_token: Option<String>,
     },
     Email {
         config: EmailSourceConfig,

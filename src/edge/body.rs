@@ -29,8 +29,21 @@ use crate::live::Live;
 pub struct Unverified {
     pub headers: HeaderMap,
     pub body: Bytes,
-    /// The body's share of the budget, given back when the handler is done with it.
-    _reserved: Reservation,
+    /// The body's share of the budget, given back when the handler is done with it; `None`
+    /// for a body that did not come over this server (a Socket Mode envelope).
+    _reserved: Option<Reservation>,
+}
+
+impl Unverified {
+    /// A body that arrived authenticated by its connection (a Socket Mode envelope), not over
+    /// this server: it holds no share of the unverified-body budget.
+    pub fn from_connection(headers: HeaderMap, body: Bytes) -> Self {
+        Self {
+            headers,
+            body,
+            _reserved: None,
+        }
+    }
 }
 
 /// The preamble: the source of `kind` named `name` that `pick` accepts (404 otherwise, the body
@@ -84,7 +97,7 @@ pub async fn receive<'l, S>(
         Unverified {
             headers: parts.headers,
             body,
-            _reserved: reserved,
+            _reserved: Some(reserved),
         },
     ))
 }

@@ -25,6 +25,8 @@ use axum::middleware::from_fn;
 use switchyard_core::Outcome;
 
 pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
+pub use slack::socket::SocketMode;
+pub use slack::socket::status::{ConnectionState, SocketSourceStatus, SocketStatuses};
 
 use crate::config::{ServerConfig, SourceConfig};
 use crate::http::AppState;
