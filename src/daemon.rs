@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 
 use crate::config::Settings;
 use crate::dispatcher::{Dispatcher, TargetHealths, Wake};
-use crate::edge::{Pollers, SocketMode, SourceStatuses};
+use crate::edge::{Approvals, Pollers, SocketMode, SourceStatuses};
 use crate::http::{self, AppState};
 use crate::intake::Intake;
 use crate::live::{Live, LiveConfig};
@@ -22,6 +22,7 @@ pub struct Daemon {
     state: AppState,
     pollers: Pollers,
     socket_mode: SocketMode,
+    approvals: Arc<Approvals>,
     dispatcher: Arc<Dispatcher>,
     retention: Arc<Retention>,
     wait_timers: Arc<crate::waits::timers::WaitTimers>,
@@ -101,11 +102,13 @@ impl Daemon {
             console: Arc::default(),
             pending: Arc::default(),
         };
+        let approvals = Arc::new(Approvals::start(store.clone(), state.live.clone()));
         let socket_mode = SocketMode::new(state.clone());
         socket_mode.apply(&state.live.current().settings.sources).await;
         Ok(Self {
             state,
             socket_mode,
+            approvals,
             pollers,
             dispatcher,
             retention,
@@ -214,6 +217,7 @@ impl Daemon {
         // Pollers log out and release their leases, so another replica takes over at once.
         self.pollers.shutdown().await;
         self.socket_mode.shutdown().await;
+        self.approvals.shutdown().await;
         // Deliveries in flight finish and are recorded, or stay claimed and are sent again.
         self.dispatcher.shutdown().await;
         self.retention.shutdown().await;

@@ -25,6 +25,7 @@ use axum::middleware::from_fn;
 use switchyard_core::Outcome;
 
 pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
+pub use slack::approvals::{Approvals, check_notify as check_slack_notify};
 pub use slack::socket::SocketMode;
 pub use slack::socket::status::{ConnectionState, SocketSourceStatus, SocketStatuses};
 

@@ -8,6 +8,7 @@
 //! `app_mention` carries one `message_key`: the first copy that routes claims it and the other
 //! is a `duplicate`, so one message makes at most one run.
 
+pub(crate) mod approvals;
 mod interactivity;
 pub(crate) mod socket;
 
