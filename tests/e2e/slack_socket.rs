@@ -219,6 +219,10 @@ async fn events_and_clicks_over_socket_mode_take_the_http_path_and_are_acked_aft
         metrics.contains(&format!("slack_socket_envelopes_total{{source=\"{SOURCE}\"}}")),
         "{metrics}"
     );
+    // The console's sources page shows them too.
+    let console = super::console::Console::login(&daemon, super::harness::TOKEN).await;
+    let page = console.page("/ui/sources").await;
+    assert!(page.contains("Socket Mode: 2 of 2 connections open"), "{page}");
 }
 
 /// An envelope whose ack never reached Slack, the daemon killed (-9) after the commit: Slack
