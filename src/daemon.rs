@@ -104,7 +104,9 @@ impl Daemon {
         };
         let approvals = Arc::new(Approvals::start(store.clone(), state.live.clone()));
         let socket_mode = SocketMode::new(state.clone());
-        socket_mode.apply(&state.live.current().settings.sources).await;
+        socket_mode
+            .apply(&state.live.current().settings.sources)
+            .await;
         Ok(Self {
             state,
             socket_mode,

@@ -51,8 +51,9 @@ struct Page {
 /// reconnects, the last envelope and the last error.
 fn socket_health(socket: &crate::edge::SocketSourceStatus) -> String {
     let at = |millis: i64| {
-        chrono::DateTime::from_timestamp_millis(millis)
-            .map_or(String::new(), |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        chrono::DateTime::from_timestamp_millis(millis).map_or(String::new(), |t| {
+            t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+        })
     };
     let connections: Vec<String> = socket
         .connections

@@ -122,11 +122,11 @@ where
     };
     let request = Unverified::from_connection(headers, body);
     let intake_id = Uuid::now_v7();
-    let (mut delivery, submit) = match E::normalize(source, (), name.to_owned(), intake_id, &request)
-    {
-        Ok(normalized) => normalized,
-        Err(answer) => return answer,
-    };
+    let (mut delivery, submit) =
+        match E::normalize(source, (), name.to_owned(), intake_id, &request) {
+            Ok(normalized) => normalized,
+            Err(answer) => return answer,
+        };
     delivery.raw = Some(Raw {
         content_type: E::content_type(&request.headers),
         bytes: request.body.clone(),

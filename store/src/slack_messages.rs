@@ -69,14 +69,32 @@ impl Store {
         let unclaimed = Condition::any()
             .add(slack_message::Column::ClaimedUntil.is_null())
             .add(slack_message::Column::ClaimedUntil.lt(now));
-        let candidates = slack_message::Entity::find()
-            .filter(slack_message::Column::Status.is_in([status::PENDING, status::POSTED]))
+        // Two reads, so posted messages whose waits are still open (any number of them) never
+        // hold back new ones: pending messages due, and posted ones whose wait ended.
+        let mut candidates = slack_message::Entity::find()
+            .filter(slack_message::Column::Status.eq(status::PENDING))
             .filter(slack_message::Column::DueAt.lte(now))
             .filter(unclaimed.clone())
             .order_by_asc(slack_message::Column::DueAt)
-            .limit(limit * 4)
+            .limit(limit)
             .all(self.db())
             .await?;
+        let ended_waits = sea_orm::sea_query::Query::select()
+            .column(wait::Column::Id)
+            .from(wait::Entity)
+            .and_where(wait::Column::Status.ne(WaitStatus::Open.as_str()))
+            .to_owned();
+        candidates.extend(
+            slack_message::Entity::find()
+                .filter(slack_message::Column::Status.eq(status::POSTED))
+                .filter(slack_message::Column::DueAt.lte(now))
+                .filter(unclaimed.clone())
+                .filter(slack_message::Column::WaitRowId.in_subquery(ended_waits))
+                .order_by_asc(slack_message::Column::DueAt)
+                .limit(limit)
+                .all(self.db())
+                .await?,
+        );
         let wait_ids: Vec<String> = candidates.iter().map(|m| m.wait_row_id.clone()).collect();
         let waits = if wait_ids.is_empty() {
             Vec::new()
@@ -97,7 +115,10 @@ impl Store {
                 continue;
             }
             let taken = slack_message::Entity::update_many()
-                .col_expr(slack_message::Column::ClaimedUntil, Expr::value(now + lease_ms))
+                .col_expr(
+                    slack_message::Column::ClaimedUntil,
+                    Expr::value(now + lease_ms),
+                )
                 .filter(slack_message::Column::Id.eq(message.id.as_str()))
                 .filter(slack_message::Column::Status.eq(message.status.as_str()))
                 .filter(unclaimed.clone())
@@ -128,10 +149,16 @@ impl Store {
             &[
                 (slack_message::Column::Status, Expr::value(status::POSTED)),
                 (slack_message::Column::Ts, Expr::value(ts)),
-                (slack_message::Column::ButtonValue, Expr::value(Option::<String>::None)),
+                (
+                    slack_message::Column::ButtonValue,
+                    Expr::value(Option::<String>::None),
+                ),
                 (slack_message::Column::Attempts, Expr::value(0)),
                 (slack_message::Column::DueAt, Expr::value(now)),
-                (slack_message::Column::LastError, Expr::value(Option::<String>::None)),
+                (
+                    slack_message::Column::LastError,
+                    Expr::value(Option::<String>::None),
+                ),
             ],
             now,
         )
@@ -150,8 +177,14 @@ impl Store {
             claimed,
             &[
                 (slack_message::Column::Status, Expr::value(status::DONE)),
-                (slack_message::Column::ButtonValue, Expr::value(Option::<String>::None)),
-                (slack_message::Column::LastError, Expr::value(note.map(str::to_owned))),
+                (
+                    slack_message::Column::ButtonValue,
+                    Expr::value(Option::<String>::None),
+                ),
+                (
+                    slack_message::Column::LastError,
+                    Expr::value(note.map(str::to_owned)),
+                ),
             ],
             now,
         )
@@ -169,7 +202,10 @@ impl Store {
         self.finish_claim(
             claimed,
             &[
-                (slack_message::Column::Attempts, Expr::value(claimed.attempts.saturating_add(1))),
+                (
+                    slack_message::Column::Attempts,
+                    Expr::value(claimed.attempts.saturating_add(1)),
+                ),
                 (slack_message::Column::DueAt, Expr::value(retry_at)),
                 (slack_message::Column::LastError, Expr::value(error)),
             ],
@@ -198,7 +234,10 @@ impl Store {
         now: Millis,
     ) -> Result<bool, DbErr> {
         let mut update = slack_message::Entity::update_many()
-            .col_expr(slack_message::Column::ClaimedUntil, Expr::value(Option::<i64>::None))
+            .col_expr(
+                slack_message::Column::ClaimedUntil,
+                Expr::value(Option::<i64>::None),
+            )
             .col_expr(slack_message::Column::UpdatedAt, Expr::value(now));
         for (column, value) in changes {
             update = update.col_expr(*column, value.clone());

@@ -54,7 +54,10 @@ triggers = [ {{ channel = "slack", event_type = "message", priority = 10 }} ]
     )
 }
 
-const ENV: [(&str, &str); 2] = [("SLACK_APP_TOKEN", APP_TOKEN), ("SLACK_BOT_TOKEN", BOT_TOKEN)];
+const ENV: [(&str, &str); 2] = [
+    ("SLACK_APP_TOKEN", APP_TOKEN),
+    ("SLACK_BOT_TOKEN", BOT_TOKEN),
+];
 
 async fn start(db: &TestDb, text: &str) -> Daemon {
     Daemon::start(db, &config(db, text), &ENV).await
@@ -143,8 +146,11 @@ async fn events_and_clicks_over_socket_mode_take_the_http_path_and_are_acked_aft
     assert_eq!(open.len(), 2, "two connections by default");
 
     let event_id = unique("Ev");
-    let envelope = peer
-        .envelope_on(open[0], "events_api", message("T0ACME", &event_id, "printer on fire"));
+    let envelope = peer.envelope_on(
+        open[0],
+        "events_api",
+        message("T0ACME", &event_id, "printer on fire"),
+    );
     assert!(peer.wait_acked(&envelope, Duration::from_secs(10)).await);
     // The ack came after the commit: the ledger row is already there.
     let first = rows(&daemon, &event_id).await;
@@ -163,13 +169,21 @@ async fn events_and_clicks_over_socket_mode_take_the_http_path_and_are_acked_aft
     // Slack's retry of the same event over the other connection is a duplicate: answered with
     // the first copy's outcome, nothing new recorded.
     let duplicates = duplicates(&daemon).await;
-    let retry = peer.envelope_on(open[1], "events_api", message("T0ACME", &event_id, "printer on fire"));
+    let retry = peer.envelope_on(
+        open[1],
+        "events_api",
+        message("T0ACME", &event_id, "printer on fire"),
+    );
     assert!(peer.wait_acked(&retry, Duration::from_secs(10)).await);
     assert_eq!(outcomes(&rows(&daemon, &event_id).await), ["routed"]);
     assert_eq!(self::duplicates(&daemon).await, duplicates + 1);
 
     // A team no tenant claims: refused for good (acked, so Slack stops), no run.
-    let stranger = peer.envelope_on(open[0], "events_api", message("T0STRANGER", &unique("Ev"), "hi"));
+    let stranger = peer.envelope_on(
+        open[0],
+        "events_api",
+        message("T0STRANGER", &unique("Ev"), "hi"),
+    );
     assert!(peer.wait_acked(&stranger, Duration::from_secs(10)).await);
 
     // A button click whose value names no wait: judged as a resume, recorded no_wait_match.
@@ -182,7 +196,10 @@ async fn events_and_clicks_over_socket_mode_take_the_http_path_and_are_acked_aft
         "actions": [{"action_id": "approve", "type": "button", "value": "swyw_nothing", "action_ts": "1764633601.1"}],
     });
     let click_envelope = peer.envelope_on(open[1], "interactive", click);
-    assert!(peer.wait_acked(&click_envelope, Duration::from_secs(10)).await);
+    assert!(
+        peer.wait_acked(&click_envelope, Duration::from_secs(10))
+            .await
+    );
     let clicked = rows(&daemon, &trigger).await;
     assert_eq!(outcomes(&clicked), ["no_wait_match"], "{clicked:#?}");
     assert!(
@@ -191,7 +208,11 @@ async fn events_and_clicks_over_socket_mode_take_the_http_path_and_are_acked_aft
     );
 
     // Slash commands are not taken: acked, nothing recorded.
-    let slash = peer.envelope_on(open[0], "slash_commands", json!({"command": "/x", "team_id": "T0ACME"}));
+    let slash = peer.envelope_on(
+        open[0],
+        "slash_commands",
+        json!({"command": "/x", "team_id": "T0ACME"}),
+    );
     assert!(peer.wait_acked(&slash, Duration::from_secs(10)).await);
 
     // HTTP callbacks to a socket source without a signing secret are refused.
@@ -208,21 +229,32 @@ async fn events_and_clicks_over_socket_mode_take_the_http_path_and_are_acked_aft
     let (status, ready) = daemon.get_status("/readyz").await;
     assert_eq!(status, StatusCode::OK, "{ready:#}");
     let sockets = &ready["socket_mode"][SOURCE];
-    assert_eq!(sockets["connections"].as_object().map(|c| c.len()), Some(2), "{ready:#}");
+    assert_eq!(
+        sockets["connections"].as_object().map(|c| c.len()),
+        Some(2),
+        "{ready:#}"
+    );
     assert!(sockets["last_envelope_at"].is_i64(), "{ready:#}");
     let metrics = daemon.metrics().await;
     assert!(
-        metrics.contains(&format!("slack_socket_connections_open{{source=\"{SOURCE}\"}} 2")),
+        metrics.contains(&format!(
+            "slack_socket_connections_open{{source=\"{SOURCE}\"}} 2"
+        )),
         "{metrics}"
     );
     assert!(
-        metrics.contains(&format!("slack_socket_envelopes_total{{source=\"{SOURCE}\"}}")),
+        metrics.contains(&format!(
+            "slack_socket_envelopes_total{{source=\"{SOURCE}\"}}"
+        )),
         "{metrics}"
     );
     // The console's sources page shows them too.
     let console = super::console::Console::login(&daemon, super::harness::TOKEN).await;
     let page = console.page("/ui/sources").await;
-    assert!(page.contains("Socket Mode: 2 of 2 connections open"), "{page}");
+    assert!(
+        page.contains("Socket Mode: 2 of 2 connections open"),
+        "{page}"
+    );
 }
 
 /// An envelope whose ack never reached Slack, the daemon killed (-9) after the commit: Slack
@@ -237,7 +269,9 @@ async fn an_unacked_envelope_redelivered_after_kill_9_makes_one_run() {
     peer.wait_open(2).await;
     peer.lose_acks(true);
     let event_id = unique("Ev");
-    let envelope = peer.envelope("events_api", message("T0ACME", &event_id, "lost ack")).await;
+    let envelope = peer
+        .envelope("events_api", message("T0ACME", &event_id, "lost ack"))
+        .await;
     let first = wait_rows(&daemon, &event_id, 1).await;
     assert_eq!(outcomes(&first), ["routed"]);
     let config_path = daemon.config_path.clone();
@@ -256,7 +290,11 @@ async fn an_unacked_envelope_redelivered_after_kill_9_makes_one_run() {
     let all = rows(&daemon, &event_id).await;
     assert_eq!(outcomes(&all), ["routed"], "{all:#?}");
     assert_eq!(runs_of(&all).len(), 1);
-    assert_eq!(duplicates(&daemon).await, 1, "the redelivery was answered duplicate");
+    assert_eq!(
+        duplicates(&daemon).await,
+        1,
+        "the redelivery was answered duplicate"
+    );
 }
 
 /// `refresh_requested` and `warning`: the replacement connection opens before the old one
@@ -274,7 +312,10 @@ async fn a_refresh_opens_the_replacement_first_and_link_disabled_stops() {
         peer.disconnect(old, reason, Duration::from_secs(2));
         let deadline = Instant::now() + Duration::from_secs(15);
         while !peer.happenings().contains(&Happening::Closed(old)) {
-            assert!(Instant::now() < deadline, "{reason}: old connection not closed");
+            assert!(
+                Instant::now() < deadline,
+                "{reason}: old connection not closed"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let happenings = peer.happenings();
@@ -282,32 +323,41 @@ async fn a_refresh_opens_the_replacement_first_and_link_disabled_stops() {
             .iter()
             .position(|h| *h == Happening::Closed(old))
             .expect("closed");
-        let replacement = happenings[..closed_at]
-            .iter()
-            .rev()
-            .find_map(|h| match h {
-                Happening::Opened(id) if *id > old => Some(*id),
-                _ => None,
-            });
+        let replacement = happenings[..closed_at].iter().rev().find_map(|h| match h {
+            Happening::Opened(id) if *id > old => Some(*id),
+            _ => None,
+        });
         assert!(
             replacement.is_some(),
             "{reason}: no replacement opened before connection {old} closed: {happenings:?}"
         );
         let event_id = unique("Ev");
-        let envelope = peer.envelope("events_api", message("T0ACME", &event_id, reason)).await;
+        let envelope = peer
+            .envelope("events_api", message("T0ACME", &event_id, reason))
+            .await;
         assert!(peer.wait_acked(&envelope, Duration::from_secs(10)).await);
         assert_eq!(outcomes(&rows(&daemon, &event_id).await), ["routed"]);
     }
     let (_, ready) = daemon.get_status("/readyz").await;
-    assert!(ready["socket_mode"][SOURCE]["reconnects"].as_u64() >= Some(2), "{ready:#}");
+    assert!(
+        ready["socket_mode"][SOURCE]["reconnects"].as_u64() >= Some(2),
+        "{ready:#}"
+    );
 
     let old = peer.wait_open(1).await[0];
     peer.disconnect(old, "link_disabled", Duration::from_millis(300));
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(peer.open().is_empty(), "no reconnect after link_disabled: {:?}", peer.happenings());
+    assert!(
+        peer.open().is_empty(),
+        "no reconnect after link_disabled: {:?}",
+        peer.happenings()
+    );
     let (status, ready) = daemon.get_status("/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{ready:#}");
-    assert_eq!(ready["socket_mode"][SOURCE]["link_disabled"], true, "{ready:#}");
+    assert_eq!(
+        ready["socket_mode"][SOURCE]["link_disabled"], true,
+        "{ready:#}"
+    );
     assert!(
         ready["unready_socket_sources"]
             .as_array()
@@ -342,7 +392,10 @@ async fn two_replicas_on_postgres_never_both_create_a_run_for_one_event() {
         events.push(event_id);
     }
     for envelope in &envelopes {
-        assert!(peer.wait_acked(envelope, Duration::from_secs(30)).await, "{envelope}");
+        assert!(
+            peer.wait_acked(envelope, Duration::from_secs(30)).await,
+            "{envelope}"
+        );
     }
     for event_id in &events {
         let all = wait_rows(&first, event_id, 1).await;
@@ -423,6 +476,9 @@ async fn grid_events_land_in_their_workspaces_tenants() {
         }
     }
     // Another org's workspace: refused for good (acked), nothing recorded, no run.
-    assert!(peer.wait_acked(&outsider_envelope, Duration::from_secs(10)).await);
+    assert!(
+        peer.wait_acked(&outsider_envelope, Duration::from_secs(10))
+            .await
+    );
     assert!(rows(&daemon, &outsider_id).await.is_empty());
 }

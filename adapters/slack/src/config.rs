@@ -155,7 +155,9 @@ impl SlackSourceConfig {
             )));
         }
         match url::Url::parse(&self.api_base_url) {
-            Ok(url) if matches!(url.scheme(), "https" | "http") && self.api_base_url.ends_with('/') => {}
+            Ok(url)
+                if matches!(url.scheme(), "https" | "http") && self.api_base_url.ends_with('/') => {
+            }
             _ => {
                 return Err(setting(format!(
                     "`api_base_url` must be an http(s) URL ending in `/`, not {:?}",

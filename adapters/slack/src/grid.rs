@@ -39,7 +39,8 @@ pub(crate) fn event_workspace<'a>(
     if let Some(tenant_id) = source.tenant_for(team_id) {
         return Ok(Workspace { team_id, tenant_id });
     }
-    let enterprise = text(root, &["context_enterprise_id"]).or_else(|| text(root, &["enterprise_id"]));
+    let enterprise =
+        text(root, &["context_enterprise_id"]).or_else(|| text(root, &["enterprise_id"]));
     let authorised = |enterprise: &str| match root.get("authorizations").and_then(Value::as_array) {
         None => true,
         Some(list) => list

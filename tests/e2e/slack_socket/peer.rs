@@ -76,7 +76,7 @@ impl Peer {
     pub async fn start() -> Peer {
         let state = Arc::new(PeerState::default());
         let ws = TcpListener::bind("127.0.0.1:0").await.expect("bind ws");
-        *state.ws_addr.lock().unwrap() = ws.local_addr().expect("addr").to_string();
+        *state.ws_addr.lock().expect("peer state") = ws.local_addr().expect("addr").to_string();
         tokio::spawn(accept(ws, state.clone()));
         let app = axum::Router::new()
             .route("/api/apps.connections.open", post(connections_open))
@@ -92,7 +92,7 @@ impl Peer {
 
     /// Connections open now.
     pub fn open(&self) -> Vec<u64> {
-        let connections = self.state.connections.lock().unwrap();
+        let connections = self.state.connections.lock().expect("peer state");
         connections
             .iter()
             .filter(|(_, c)| c.open)
@@ -101,7 +101,7 @@ impl Peer {
     }
 
     pub fn happenings(&self) -> Vec<Happening> {
-        self.state.happenings.lock().unwrap().clone()
+        self.state.happenings.lock().expect("peer state").clone()
     }
 
     /// Waits until `count` connections are open.
@@ -122,7 +122,7 @@ impl Peer {
     }
 
     fn send_on(&self, connection: u64, frame: Value) -> bool {
-        let connections = self.state.connections.lock().unwrap();
+        let connections = self.state.connections.lock().expect("peer state");
         connections
             .get(&connection)
             .filter(|c| c.open)
@@ -132,7 +132,7 @@ impl Peer {
     /// Sends an envelope of `kind` on `connection`; its envelope id.
     pub fn envelope_on(&self, connection: u64, kind: &str, payload: Value) -> String {
         let id = format!("env-{}", uuid::Uuid::now_v7().simple());
-        self.state.unacked.lock().unwrap().insert(
+        self.state.unacked.lock().expect("peer state").insert(
             id.clone(),
             Sent {
                 kind: kind.into(),
@@ -142,7 +142,10 @@ impl Peer {
         );
         let frame = json!({"envelope_id": id, "type": kind, "payload": payload,
             "accepts_response_payload": false, "retry_attempt": 0, "retry_reason": ""});
-        assert!(self.send_on(connection, frame), "connection {connection} is not open");
+        assert!(
+            self.send_on(connection, frame),
+            "connection {connection} is not open"
+        );
         id
     }
 
@@ -157,7 +160,7 @@ impl Peer {
     pub async fn redeliver_unacked(&self) -> usize {
         let connection = self.wait_open(1).await[0];
         let again: Vec<(String, Sent)> = {
-            let mut unacked = self.state.unacked.lock().unwrap();
+            let mut unacked = self.state.unacked.lock().expect("peer state");
             unacked
                 .iter_mut()
                 .map(|(id, sent)| {
@@ -179,7 +182,7 @@ impl Peer {
         self.state
             .acks
             .lock()
-            .unwrap()
+            .expect("peer state")
             .iter()
             .any(|(_, id)| id == envelope_id)
     }
@@ -209,7 +212,7 @@ impl Peer {
         let state = self.state.clone();
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            let connections = state.connections.lock().unwrap();
+            let connections = state.connections.lock().expect("peer state");
             if let Some(c) = connections.get(&connection) {
                 let _ = c.out.send(Message::Close(None));
             }
@@ -218,7 +221,7 @@ impl Peer {
 
     /// Web API calls made with the bot token: (method, body).
     pub fn posts(&self) -> Vec<(String, Value)> {
-        self.state.posts.lock().unwrap().clone()
+        self.state.posts.lock().expect("peer state").clone()
     }
 
     pub fn refused_posts(&self) -> u64 {
@@ -238,8 +241,12 @@ async fn connections_open(State(state): State<Arc<PeerState>>, headers: HeaderMa
         return Json(json!({"ok": false, "error": "invalid_auth"}));
     }
     let ticket = uuid::Uuid::new_v4().simple().to_string();
-    state.tickets.lock().unwrap().insert(ticket.clone());
-    let addr = state.ws_addr.lock().unwrap().clone();
+    state
+        .tickets
+        .lock()
+        .expect("peer state")
+        .insert(ticket.clone());
+    let addr = state.ws_addr.lock().expect("peer state").clone();
     Json(json!({"ok": true, "url": format!("ws://{addr}/link/?ticket={ticket}")}))
 }
 
@@ -265,7 +272,7 @@ async fn chat_post_message(
         state.fail_posts.store(failing - 1, Ordering::SeqCst);
         return Json(json!({"ok": false, "error": "internal_error"}));
     }
-    let mut posts = state.posts.lock().unwrap();
+    let mut posts = state.posts.lock().expect("peer state");
     posts.push(("chat.postMessage".into(), body.clone()));
     let ts = format!("1764633600.{:06}", posts.len());
     Json(json!({"ok": true, "channel": body["channel"], "ts": ts, "message": {"ts": ts}}))
@@ -282,7 +289,7 @@ async fn chat_update(
     state
         .posts
         .lock()
-        .unwrap()
+        .expect("peer state")
         .push(("chat.update".into(), body.clone()));
     Json(json!({"ok": true, "channel": body["channel"], "ts": body["ts"]}))
 }
@@ -295,11 +302,13 @@ async fn accept(listener: TcpListener, state: Arc<PeerState>) {
 
 async fn serve_connection(stream: tokio::net::TcpStream, state: Arc<PeerState>) {
     let mut ticket_ok = false;
+    // tungstenite's callback type: its error is an HTTP response, as large as it is.
+    #[allow(clippy::result_large_err)]
     let check = |request: &Request, response: Response| {
         let query = request.uri().query().unwrap_or_default();
         let ticket = query.strip_prefix("ticket=").unwrap_or_default();
         // Single use: a URL opens one connection.
-        ticket_ok = state.tickets.lock().unwrap().remove(ticket);
+        ticket_ok = state.tickets.lock().expect("peer state").remove(ticket);
         Ok(response)
     };
     let Ok(socket) = tokio_tungstenite::accept_hdr_async(stream, check).await else {
@@ -315,9 +324,13 @@ async fn serve_connection(stream: tokio::net::TcpStream, state: Arc<PeerState>) 
     state
         .connections
         .lock()
-        .unwrap()
+        .expect("peer state")
         .insert(id, Connection { out, open: true });
-    state.happenings.lock().unwrap().push(Happening::Opened(id));
+    state
+        .happenings
+        .lock()
+        .expect("peer state")
+        .push(Happening::Opened(id));
     let hello = json!({"type": "hello", "num_connections": 1,
         "debug_info": {"host": "local", "approximate_connection_time": 18060},
         "connection_info": {"app_id": "A0APP"}});
@@ -336,8 +349,8 @@ async fn serve_connection(stream: tokio::net::TcpStream, state: Arc<PeerState>) 
                     if let Some(envelope_id) = value["envelope_id"].as_str()
                         && !state.lose_acks.load(Ordering::SeqCst)
                     {
-                        state.unacked.lock().unwrap().remove(envelope_id);
-                        state.acks.lock().unwrap().push((id, envelope_id.to_owned()));
+                        state.unacked.lock().expect("peer state").remove(envelope_id);
+                        state.acks.lock().expect("peer state").push((id, envelope_id.to_owned()));
                     }
                 }
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
@@ -345,8 +358,12 @@ async fn serve_connection(stream: tokio::net::TcpStream, state: Arc<PeerState>) 
             }
         }
     }
-    if let Some(c) = state.connections.lock().unwrap().get_mut(&id) {
+    if let Some(c) = state.connections.lock().expect("peer state").get_mut(&id) {
         c.open = false;
     }
-    state.happenings.lock().unwrap().push(Happening::Closed(id));
+    state
+        .happenings
+        .lock()
+        .expect("peer state")
+        .push(Happening::Closed(id));
 }

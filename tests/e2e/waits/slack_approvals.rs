@@ -131,9 +131,11 @@ async fn an_approval_message_is_posted_its_button_resumes_only_its_wait_and_it_i
 
         // The first post fails once at Slack: it is retried from the outbox.
         peer.fail_posts(1);
-        let (status, opened) = open_notified(&daemon, &first, first_token, "P-1", "ws-socket").await;
+        let (status, opened) =
+            open_notified(&daemon, &first, first_token, "P-1", "ws-socket").await;
         assert_eq!(status, StatusCode::CREATED, "{backend:?}: {opened}");
-        let (status, opened) = open_notified(&daemon, &second, second_token, "P-2", "ws-socket").await;
+        let (status, opened) =
+            open_notified(&daemon, &second, second_token, "P-2", "ws-socket").await;
         assert_eq!(status, StatusCode::CREATED, "{opened}");
         let posts = calls(&peer, "chat.postMessage", 2).await;
         assert_eq!(peer.refused_posts(), 0, "every call carried the bot token");
@@ -141,7 +143,11 @@ async fn an_approval_message_is_posted_its_button_resumes_only_its_wait_and_it_i
         assert_eq!(post["channel"], CHANNEL);
         let bound: Value = serde_json::from_str(&first_value).expect("JSON value");
         assert_eq!(
-            (&bound["run_id"], &bound["wait_id"], &bound["proposal_digest"]),
+            (
+                &bound["run_id"],
+                &bound["wait_id"],
+                &bound["proposal_digest"]
+            ),
             (&json!(first), &json!("approve"), &json!(digest("P-1"))),
             "{bound}"
         );
@@ -154,7 +160,10 @@ async fn an_approval_message_is_posted_its_button_resumes_only_its_wait_and_it_i
 
         // The first message's Approve, clicked over Socket Mode, resumes the first run only.
         let envelope = peer
-            .envelope("interactive", click(MANAGER, "approve", &first_value, &first_ts))
+            .envelope(
+                "interactive",
+                click(MANAGER, "approve", &first_value, &first_ts),
+            )
             .await;
         assert!(peer.wait_acked(&envelope, Duration::from_secs(30)).await);
         let resume = worker.wait_for(&first, "resume").await;
@@ -166,8 +175,16 @@ async fn an_approval_message_is_posted_its_button_resumes_only_its_wait_and_it_i
         // Its message is rewritten without buttons; the other one is not touched.
         let updates = calls(&peer, "chat.update", 1).await;
         assert_eq!(updates[0]["ts"], json!(first_ts), "{updates:#?}");
-        assert!(updates[0]["text"].as_str().unwrap_or_default().contains("Approved by <@U0MANAGER>"));
-        assert!(!updates[0].to_string().contains("\"value\""), "no buttons left");
+        assert!(
+            updates[0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Approved by <@U0MANAGER>")
+        );
+        assert!(
+            !updates[0].to_string().contains("\"value\""),
+            "no buttons left"
+        );
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(calls(&peer, "chat.update", 1).await.len(), 1);
 
@@ -203,7 +220,12 @@ async fn an_approval_message_is_posted_its_button_resumes_only_its_wait_and_it_i
         assert_eq!(resume["data"]["resume"]["decision"], "reject");
         let updates = calls(&peer, "chat.update", 2).await;
         assert_eq!(updates[1]["ts"], json!(second_ts));
-        assert!(updates[1]["text"].as_str().unwrap_or_default().contains("Rejected by"));
+        assert!(
+            updates[1]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Rejected by")
+        );
         daemon.stop();
         setup.db.drop_database().await;
     }

@@ -97,7 +97,12 @@ fn optional_keys_default_and_typos_are_errors() {
             .to_string()
             .contains("app_token_env"),
     );
-    for (connections, api_base_url) in [(0, "https://slack.com/api/"), (11, "https://slack.com/api/"), (2, "ftp://x/"), (2, "https://slack.com/api")] {
+    for (connections, api_base_url) in [
+        (0, "https://slack.com/api/"),
+        (11, "https://slack.com/api/"),
+        (2, "ftp://x/"),
+        (2, "https://slack.com/api"),
+    ] {
         let mut bad = socket.clone();
         bad.connections = connections;
         bad.api_base_url = api_base_url.into();

@@ -43,7 +43,10 @@ pub(super) fn resolved(channel: &str, ts: &str, body: &str, wait: &wait::Model) 
 }
 
 fn context(wait: &wait::Model) -> String {
-    let digest = wait.proposal_digest.get(..19).unwrap_or(&wait.proposal_digest);
+    let digest = wait
+        .proposal_digest
+        .get(..19)
+        .unwrap_or(&wait.proposal_digest);
     format!(
         "Proposal `{}` (`{digest}…`) · run `{}` · wait `{}`",
         wait.proposal_id, wait.run_id, wait.wait_id
@@ -73,7 +76,9 @@ fn outcome(wait: &wait::Model) -> String {
 fn is_slack_user(actor: &str) -> bool {
     actor.len() > 2
         && (actor.starts_with('U') || actor.starts_with('W'))
-        && actor.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+        && actor
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -115,7 +120,12 @@ mod tests {
         let done = wait(WaitStatus::Resumed, Some("approve"), Some("U0MANAGER"));
         let updated = resolved("C1", "1.2", "Credit 50 EUR?", &done);
         assert!(!updated.to_string().contains("token"));
-        assert!(updated["text"].as_str().unwrap().contains("Approved by <@U0MANAGER>"));
+        assert!(
+            updated["text"]
+                .as_str()
+                .unwrap()
+                .contains("Approved by <@U0MANAGER>")
+        );
         let expired = resolved("C1", "1.2", "x", &wait(WaitStatus::Expired, None, None));
         assert!(expired["text"].as_str().unwrap().contains("Expired"));
     }

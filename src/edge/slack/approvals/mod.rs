@@ -37,7 +37,9 @@ pub fn check_notify(live: &Live, tenant: &str, source: &str, channel: &str) -> R
         config, bot_token, ..
     }) = live.source(super::KIND, source)
     else {
-        return Err(format!("`notify.slack.source`: no slack source named `{source}`"));
+        return Err(format!(
+            "`notify.slack.source`: no slack source named `{source}`"
+        ));
     };
     if bot_token.is_none() {
         return Err(format!(
@@ -52,7 +54,9 @@ pub fn check_notify(live: &Live, tenant: &str, source: &str, channel: &str) -> R
     let channel_id = channel.len() >= 2
         && channel.len() <= 64
         && matches!(channel.as_bytes()[0], b'C' | b'G' | b'D')
-        && channel.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit());
+        && channel
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit());
     if !channel_id {
         return Err(format!(
             "`notify.slack.channel` must be a Slack channel id such as C0123ABCD, not {channel:?}"
@@ -77,7 +81,10 @@ impl Approvals {
                     _ = tokio::time::sleep(PASS_EVERY) => {}
                     _ = stopped.changed() => return,
                 }
-                let claimed = match store.claim_slack_messages(now_millis(), CLAIM_MS, BATCH).await {
+                let claimed = match store
+                    .claim_slack_messages(now_millis(), CLAIM_MS, BATCH)
+                    .await
+                {
                     Ok(claimed) => claimed,
                     Err(error) => {
                         tracing::warn!(%error, "cannot claim Slack approval messages");
@@ -115,7 +122,11 @@ async fn work(store: &Store, live: &Live, http: &reqwest::Client, claimed: Claim
             }
         }
         (status::PENDING, _) => store
-            .slack_message_done(row, Some("the wait ended before the message was posted"), now)
+            .slack_message_done(
+                row,
+                Some("the wait ended before the message was posted"),
+                now,
+            )
             .await
             .map(|_| ()),
         (_, Some(wait)) => {

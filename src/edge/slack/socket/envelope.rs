@@ -81,11 +81,17 @@ pub(super) async fn deliver(state: &AppState, source: &str, envelope: &Envelope)
     let started = Instant::now();
     let mut headers = HeaderMap::new();
     if envelope.retry_attempt > 0 {
-        headers.insert("x-slack-retry-num", HeaderValue::from(envelope.retry_attempt));
+        headers.insert(
+            "x-slack-retry-num",
+            HeaderValue::from(envelope.retry_attempt),
+        );
     }
     let response = match envelope.kind.as_str() {
         "events_api" => {
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
             let body = serde_json::to_vec(&envelope.payload).unwrap_or_default();
             submit_from_connection::<Slack>(state, source, headers, body.into()).await
         }
@@ -139,7 +145,11 @@ mod tests {
             panic!("an envelope");
         };
         assert_eq!(
-            (envelope.envelope_id.as_str(), envelope.kind.as_str(), envelope.retry_attempt),
+            (
+                envelope.envelope_id.as_str(),
+                envelope.kind.as_str(),
+                envelope.retry_attempt
+            ),
             ("e1", "events_api", 2)
         );
         assert_eq!(envelope.payload["event_id"], "Ev1");

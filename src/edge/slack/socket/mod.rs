@@ -105,7 +105,11 @@ impl SocketMode {
         let mut running = self.running.lock().await;
         let stale: Vec<String> = running
             .iter()
-            .filter(|(name, run)| wanted.get(*name).is_none_or(|(f, ..)| *f != run.fingerprint))
+            .filter(|(name, run)| {
+                wanted
+                    .get(*name)
+                    .is_none_or(|(f, ..)| *f != run.fingerprint)
+            })
             .map(|(name, _)| name.clone())
             .collect();
         for name in stale {
@@ -184,7 +188,8 @@ async fn run_slot(ctx: Arc<SourceContext>, slot: u8, mut stopped: watch::Receive
             return;
         }
         if !std::mem::take(&mut first) {
-            ctx.statuses.update(&ctx.name, |status| status.reconnects += 1);
+            ctx.statuses
+                .update(&ctx.name, |status| status.reconnects += 1);
             crate::metrics::metrics()
                 .socket_reconnects
                 .get_or_create(&crate::metrics::SourceLabel {
@@ -223,7 +228,8 @@ async fn run_slot(ctx: Arc<SourceContext>, slot: u8, mut stopped: watch::Receive
                 tracing::error!(source = %ctx.name, slot, "Slack disabled Socket Mode for this app (link_disabled): not reconnecting until the config is reloaded or the daemon restarts");
                 ctx.statuses.update(&ctx.name, |status| {
                     status.link_disabled = true;
-                    status.last_error = Some("link_disabled: Socket Mode is off for the app".into());
+                    status.last_error =
+                        Some("link_disabled: Socket Mode is off for the app".into());
                 });
                 connection.drain(DRAIN_GRACE).await;
                 return;
