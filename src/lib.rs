@@ -1,6 +1,7 @@
 //! The Switchyard daemon: config, the intake pipeline, the HTTP server and the mailbox pollers,
 //! wired together. `main.rs` is only the command line; everything it runs lives here.
 
+pub mod app;
 pub mod audit;
 pub mod authority;
 mod background;
@@ -22,6 +23,8 @@ pub mod replay;
 mod retention;
 mod server;
 pub mod shadow;
+pub mod socket_status;
+pub mod source_status;
 /// The store, under the name the daemon's modules have used for it.
 pub use switchyard_store as store;
 pub mod telemetry;

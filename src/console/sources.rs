@@ -49,7 +49,7 @@ struct Page {
 
 /// A Socket Mode source's connections in one line: how many are open, each one's envelopes,
 /// reconnects, the last envelope and the last error.
-fn socket_health(socket: &crate::edge::SocketSourceStatus) -> String {
+fn socket_health(socket: &crate::socket_status::SocketSourceStatus) -> String {
     let at = |millis: i64| {
         chrono::DateTime::from_timestamp_millis(millis).map_or(String::new(), |t| {
             t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
@@ -62,8 +62,8 @@ fn socket_health(socket: &crate::edge::SocketSourceStatus) -> String {
             format!(
                 "#{id} {} since {}, {} envelope{}",
                 match c.state {
-                    crate::edge::ConnectionState::Open => "open",
-                    crate::edge::ConnectionState::Draining => "draining",
+                    crate::socket_status::ConnectionState::Open => "open",
+                    crate::socket_status::ConnectionState::Draining => "draining",
                 },
                 at(c.opened_at),
                 c.envelopes,

@@ -149,13 +149,13 @@ async fn open_wait(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     principal.require(Scope::RunsWrite)?;
     let run = super::runs::visible_run(&state, &principal, &id).await?;
-    let Json(body) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Json(body) = body.map_err(ApiError::from)?;
     let request = body.check()?;
     if let Some(notify) = &request.notify {
-        crate::edge::check_slack_notify(
-            &state.live.current(),
-            &run.tenant_id,
+        crate::config::check_approval_notify(
+            &state.live.current().settings.sources,
             &notify.source,
+            &run.tenant_id,
             &notify.channel,
         )
         .map_err(ApiError::BadRequest)?;
@@ -244,6 +244,9 @@ async fn post_resume(
 ) -> Response {
     if let Err(error) = principal.require(Scope::EventsWrite) {
         return error.into_response();
+    }
+    if !super::error::declares_json(&headers) {
+        return ApiError::unsupported_media_type().into_response();
     }
     let body = match intake_answer::body(body, &state) {
         Ok(body) => body,

@@ -8,7 +8,7 @@
 //! for any of it.
 //!
 //! Invariant: a message is posted only while its wait is open, by a source that serves the
-//! wait's tenant (checked when the wait is opened, [`check_notify`]), and each row is worked on
+//! wait's tenant (checked when the wait is opened, `config::check_approval_notify`), and each row is worked on
 //! by one claim holder at a time.
 
 mod message;
@@ -29,41 +29,6 @@ const PASS_EVERY: Duration = Duration::from_millis(500);
 const CLAIM_MS: i64 = 60_000;
 const BATCH: u64 = 20;
 const MAX_BACKOFF_MS: i64 = 5 * 60 * 1000;
-
-/// Whether `source` may post approval messages for a wait of `tenant` to `channel`: a Slack
-/// source in force, with a bot token, serving `tenant`, and a channel id.
-pub fn check_notify(live: &Live, tenant: &str, source: &str, channel: &str) -> Result<(), String> {
-    let Some(ResolvedSource::Slack {
-        config, bot_token, ..
-    }) = live.source(super::KIND, source)
-    else {
-        return Err(format!(
-            "`notify.slack.source`: no slack source named `{source}`"
-        ));
-    };
-    if bot_token.is_none() {
-        return Err(format!(
-            "`notify.slack.source`: slack source `{source}` has no `bot_token_env`, so it cannot post"
-        ));
-    }
-    if !config.tenants().any(|t| t == tenant) {
-        return Err(format!(
-            "`notify.slack.source`: slack source `{source}` does not serve tenant `{tenant}`"
-        ));
-    }
-    let channel_id = channel.len() >= 2
-        && channel.len() <= 64
-        && matches!(channel.as_bytes()[0], b'C' | b'G' | b'D')
-        && channel
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit());
-    if !channel_id {
-        return Err(format!(
-            "`notify.slack.channel` must be a Slack channel id such as C0123ABCD, not {channel:?}"
-        ));
-    }
-    Ok(())
-}
 
 /// The poster, running until shutdown.
 #[derive(Debug)]

@@ -19,7 +19,7 @@ use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 
 use super::SourceContext;
 use super::envelope::{self, Ack, Frame};
-use super::status::{ConnectionState, ConnectionStatus};
+use crate::socket_status::{ConnectionState, ConnectionStatus};
 
 /// How long Slack's `hello` may take after the WebSocket opens.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);

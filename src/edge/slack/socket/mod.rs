@@ -22,7 +22,6 @@
 
 mod connection;
 mod envelope;
-pub mod status;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,7 +33,7 @@ use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
 use self::connection::Event;
-use self::status::SocketStatuses;
+use crate::socket_status::SocketStatuses;
 use crate::config::ResolvedSource;
 use crate::http::AppState;
 

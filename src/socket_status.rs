@@ -1,6 +1,7 @@
-//! What each Slack Socket Mode source's connections are doing, as its supervisor reports it:
-//! every open or draining connection, reconnects, the last envelope and the last error. Read by
-//! `/readyz`, `/metrics` and the console.
+//! What each Slack Socket Mode source's connections are doing, as its supervisor
+//! (`edge/slack/socket`) reports it: every open or draining connection, reconnects, the last
+//! envelope and the last error. Below the edge and the HTTP surface alike: the edge writes it,
+//! `/readyz`, `/metrics` and the console read it.
 //!
 //! Invariant: a source is ready only while at least one of its connections is `open` (has said
 //! `hello` and has not been asked to disconnect).
