@@ -33,9 +33,9 @@ use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
 use self::connection::Event;
-use crate::socket_status::SocketStatuses;
 use crate::config::ResolvedSource;
 use crate::http::AppState;
+use crate::socket_status::SocketStatuses;
 
 /// How long a draining connection may stay after its replacement opened.
 const DRAIN_GRACE: Duration = Duration::from_secs(15);
