@@ -29,15 +29,16 @@ use crate::live::Live;
 pub struct Unverified {
     pub headers: HeaderMap,
     pub body: Bytes,
-    /// The body's share of the budget, given back when the handler is done with it; `None`
-    /// for a body that did not come over this server (a Socket Mode envelope).
+    /// The body's share of the budget, given back when the handler is done with it (`None`:
+    /// a dry run's request, read from files, or a Socket Mode envelope, which came over a
+    /// connection the daemon opened).
     _reserved: Option<Reservation>,
 }
 
 impl Unverified {
-    /// A body that arrived authenticated by its connection (a Socket Mode envelope), not over
-    /// this server: it holds no share of the unverified-body budget.
-    pub fn from_connection(headers: HeaderMap, body: Bytes) -> Self {
+    /// A request no client sent over this server (`switchyard route --body`, a Socket Mode
+    /// envelope): it holds no budget.
+    pub fn detached(headers: HeaderMap, body: Bytes) -> Self {
         Self {
             headers,
             body,
