@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 
 use crate::config::Settings;
 use crate::dispatcher::{Dispatcher, TargetHealths, Wake};
-use crate::edge::{Pollers, SourceStatuses};
+use crate::edge::{Approvals, Pollers, SocketMode, SourceStatuses};
 use crate::http::{self, AppState};
 use crate::intake::Intake;
 use crate::live::{Live, LiveConfig};
@@ -21,6 +21,8 @@ use crate::store::{DbErr, Store};
 pub struct Daemon {
     state: AppState,
     pollers: Pollers,
+    socket_mode: SocketMode,
+    approvals: Arc<Approvals>,
     dispatcher: Arc<Dispatcher>,
     retention: Arc<Retention>,
     wait_timers: Arc<crate::waits::timers::WaitTimers>,
@@ -104,13 +106,21 @@ impl Daemon {
             live,
             intake,
             sources,
+            sockets: Arc::default(),
             wake,
             targets,
             console: Arc::default(),
             pending: Arc::default(),
         };
+        let approvals = Arc::new(Approvals::start(store.clone(), state.live.clone()));
+        let socket_mode = SocketMode::new(state.clone());
+        socket_mode
+            .apply(&state.live.current().settings.sources)
+            .await;
         Ok(Self {
             state,
+            socket_mode,
+            approvals,
             pollers,
             dispatcher,
             retention,
@@ -158,6 +168,7 @@ impl Daemon {
         let sources = live.settings.sources.clone();
         self.state.live.replace(live);
         self.pollers.apply(&sources).await;
+        self.socket_mode.apply(&sources).await;
         Ok(())
     }
 
@@ -217,6 +228,8 @@ impl Daemon {
         crate::server::serve(listener, app, limits, shutdown).await;
         // Pollers log out and release their leases, so another replica takes over at once.
         self.pollers.shutdown().await;
+        self.socket_mode.shutdown().await;
+        self.approvals.shutdown().await;
         // Deliveries in flight finish and are recorded, or stay claimed and are sent again.
         self.dispatcher.shutdown().await;
         self.retention.shutdown().await;

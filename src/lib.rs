@@ -23,6 +23,7 @@ pub mod replay;
 mod retention;
 mod server;
 pub mod shadow;
+pub mod socket_status;
 pub mod source_status;
 /// The store, under the name the daemon's modules have used for it.
 pub use switchyard_store as store;

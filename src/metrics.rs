@@ -130,6 +130,10 @@ pub struct Metrics {
     pub poller_auth_failing: Family<AuthFailureLabels, Gauge>,
     pub mailbox_left_behind: Family<SourceLabel, Gauge>,
     pub config_revision: Family<RevisionLabel, Gauge>,
+    pub socket_open: Family<SourceLabel, Gauge>,
+    pub socket_last_envelope: Family<SourceLabel, Gauge>,
+    pub socket_envelopes: Family<SourceLabel, Counter>,
+    pub socket_reconnects: Family<SourceLabel, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -277,6 +281,30 @@ impl Metrics {
             "Messages a mailbox's first connection left behind (start_from)",
             mailbox_left_behind.clone(),
         );
+        let socket_open = Family::<SourceLabel, Gauge>::default();
+        registry.register(
+            "slack_socket_connections_open",
+            "Slack Socket Mode connections open (said hello, not asked to disconnect), by source",
+            socket_open.clone(),
+        );
+        let socket_last_envelope = Family::<SourceLabel, Gauge>::default();
+        registry.register(
+            "slack_socket_last_envelope_timestamp_seconds",
+            "Unix time of the last Socket Mode envelope, by source",
+            socket_last_envelope.clone(),
+        );
+        let socket_envelopes = Family::<SourceLabel, Counter>::default();
+        registry.register(
+            "slack_socket_envelopes",
+            "Socket Mode envelopes received, by source",
+            socket_envelopes.clone(),
+        );
+        let socket_reconnects = Family::<SourceLabel, Counter>::default();
+        registry.register(
+            "slack_socket_reconnects",
+            "Socket Mode connections opened again (refresh, drop, failure), by source",
+            socket_reconnects.clone(),
+        );
         let config_revision = Family::<RevisionLabel, Gauge>::default();
         registry.register(
             "config_revision",
@@ -317,6 +345,10 @@ impl Metrics {
             poller_auth_failing,
             mailbox_left_behind,
             config_revision,
+            socket_open,
+            socket_last_envelope,
+            socket_envelopes,
+            socket_reconnects,
         }
     }
 

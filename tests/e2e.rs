@@ -40,6 +40,7 @@ mod e2e {
     mod security_tenants;
     mod shadow;
     mod slack;
+    mod slack_socket;
     mod spine;
     mod sqlite;
     mod systemd;

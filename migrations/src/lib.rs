@@ -16,6 +16,7 @@ mod m0010_replays;
 mod m0011_light_run_indexes;
 mod m0012_delivery_scope;
 mod m0015_mailbox_oauth;
+mod m0016_slack;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -39,6 +40,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0011_light_run_indexes::Migration),
             Box::new(m0012_delivery_scope::Migration),
             Box::new(m0015_mailbox_oauth::Migration),
+            Box::new(m0016_slack::Migration),
         ]
     }
 }

@@ -24,7 +24,9 @@ pub use flow::{Ceiling, FlowConfig, RatesConfig, coalesce_refusal};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
 pub use revision::revision_content;
-pub use sources::{API_SOURCE, ResolvedSource, SourceConfig, SourceSettings};
+pub use sources::{
+    API_SOURCE, ResolvedSource, SourceConfig, SourceSettings, check_approval_notify,
+};
 pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
     ResolvedTarget, TargetConfig,

@@ -145,7 +145,12 @@ pub enum ResolvedSource {
     },
     Slack {
         config: SlackSourceConfig,
-        secret: String,
+        /// `None` in Socket Mode without `signing_secret_env`: HTTP callbacks are refused.
+        secret: Option<String>,
+        /// The app-level token (`xapp-...`) that opens Socket Mode connections.
+        app_token: Option<String>,
+        /// The bot token (`xoxb-...`) that posts and updates approval messages.
+        bot_token: Option<String>,
     },
     Email {
         config: EmailSourceConfig,
@@ -185,4 +190,48 @@ impl std::fmt::Debug for ResolvedSource {
             ResolvedSource::WebForm { config } => f.debug_tuple("WebForm").field(config).finish(),
         }
     }
+}
+
+/// Whether the source named `source` among `sources` may post approval messages for a wait of
+/// `tenant` to `channel` (a wait's `notify.slack`): a Slack source in force, with a bot token,
+/// serving `tenant`, and a Slack channel id. The error names the field and why.
+pub fn check_approval_notify(
+    sources: &[ResolvedSource],
+    source: &str,
+    tenant: &str,
+    channel: &str,
+) -> Result<(), String> {
+    let found = sources.iter().find_map(|s| match s {
+        ResolvedSource::Slack {
+            config, bot_token, ..
+        } if config.name == source => Some((config, bot_token)),
+        _ => None,
+    });
+    let Some((config, bot_token)) = found else {
+        return Err(format!(
+            "`notify.slack.source`: no slack source named `{source}`"
+        ));
+    };
+    if bot_token.is_none() {
+        return Err(format!(
+            "`notify.slack.source`: slack source `{source}` has no `bot_token_env`, so it cannot post"
+        ));
+    }
+    if !config.tenants().any(|t| t == tenant) {
+        return Err(format!(
+            "`notify.slack.source`: slack source `{source}` does not serve tenant `{tenant}`"
+        ));
+    }
+    let channel_id = channel.len() >= 2
+        && channel.len() <= 64
+        && matches!(channel.as_bytes()[0], b'C' | b'G' | b'D')
+        && channel
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit());
+    if !channel_id {
+        return Err(format!(
+            "`notify.slack.channel` must be a Slack channel id such as C0123ABCD, not {channel:?}"
+        ));
+    }
+    Ok(())
 }

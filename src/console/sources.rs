@@ -63,6 +63,51 @@ struct Page {
     targets: Vec<TargetRow>,
 }
 
+/// A Socket Mode source's connections in one line: how many are open, each one's envelopes,
+/// reconnects, the last envelope and the last error.
+fn socket_health(socket: &crate::socket_status::SocketSourceStatus) -> String {
+    let at = |millis: i64| {
+        chrono::DateTime::from_timestamp_millis(millis).map_or(String::new(), |t| {
+            t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+        })
+    };
+    let connections: Vec<String> = socket
+        .connections
+        .iter()
+        .map(|(id, c)| {
+            format!(
+                "#{id} {} since {}, {} envelope{}",
+                match c.state {
+                    crate::socket_status::ConnectionState::Open => "open",
+                    crate::socket_status::ConnectionState::Draining => "draining",
+                },
+                at(c.opened_at),
+                c.envelopes,
+                if c.envelopes == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
+    format!(
+        "Socket Mode: {} of {} connections open{}{}; {} reconnect{}; last envelope {}{}",
+        socket.open(),
+        socket.wanted,
+        if connections.is_empty() { "" } else { " (" },
+        if connections.is_empty() {
+            String::new()
+        } else {
+            connections.join("; ") + ")"
+        },
+        socket.reconnects,
+        if socket.reconnects == 1 { "" } else { "s" },
+        socket.last_envelope_at.map_or("never".into(), at),
+        match (&socket.last_error, socket.link_disabled) {
+            (_, true) => "; link_disabled: Socket Mode is off for the app".to_owned(),
+            (Some(error), false) => format!("; last error: {error}"),
+            (None, false) => String::new(),
+        }
+    )
+}
+
 async fn page(
     viewer: Viewer,
     State(state): State<AppState>,
@@ -71,6 +116,7 @@ async fn page(
     viewer.require(Scope::Read)?;
     let live = state.live.current();
     let statuses = state.sources.snapshot();
+    let sockets = state.sockets.snapshot();
     let base = base_url(&headers);
     let mut sources: Vec<SourceRow> = live
         .settings
@@ -115,7 +161,10 @@ async fn page(
                     status.consecutive_failures == 0,
                 ),
                 ("email", None) => ("poller not started".into(), false),
-                _ => ("receives signed HTTP deliveries".into(), true),
+                _ => match sockets.get(s.name()) {
+                    Some(socket) => (socket_health(socket), socket.open() > 0),
+                    None => ("receives signed HTTP deliveries".into(), true),
+                },
             };
             let started = statuses
                 .get(s.name())

@@ -30,12 +30,14 @@ pub struct Unverified {
     pub headers: HeaderMap,
     pub body: Bytes,
     /// The body's share of the budget, given back when the handler is done with it (`None`:
-    /// a dry run's request, read from files).
+    /// a dry run's request, read from files, or a Socket Mode envelope, which came over a
+    /// connection the daemon opened).
     _reserved: Option<Reservation>,
 }
 
 impl Unverified {
-    /// A request no client sent (`switchyard route --body`): it holds no budget.
+    /// A request no client sent over this server (`switchyard route --body`, a Socket Mode
+    /// envelope): it holds no budget.
     pub fn detached(headers: HeaderMap, body: Bytes) -> Self {
         Self {
             headers,

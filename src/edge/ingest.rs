@@ -9,7 +9,7 @@
 
 use axum::extract::{Extension, Path, Request, State};
 use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use uuid::Uuid;
 
 use super::body::{self, Unverified, UnverifiedBudget};
@@ -104,13 +104,51 @@ pub async fn serve<E: Endpoint>(
         Ok(decided) => decided,
         Err(answer) => return answer,
     };
+    submit_delivery(&state, delivery, submit).await
+}
+
+/// A delivery authenticated by the connection it came over rather than by a signature (a
+/// Slack Socket Mode envelope: the connection opened with the app token is the
+/// authentication), taken from `normalize` on exactly as endpoint `E` takes an HTTP request:
+/// the same normalisation, ledger row, decision and answer. A source of that name and kind
+/// must be in force (404 otherwise, nothing recorded).
+pub async fn submit_from_connection<E>(
+    state: &AppState,
+    name: &str,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Response
+where
+    E: for<'r> Endpoint<Verified<'r> = ()>,
+{
+    let live = state.live.current();
+    let Some(source) = live.source(E::KIND, name).and_then(E::source) else {
+        return crate::http::ApiError::NotFound(format!("no {} source named `{name}`", E::KIND))
+            .into_response();
+    };
+    let request = Unverified::detached(headers, body);
+    let intake_id = Uuid::now_v7();
+    let (mut delivery, submit) =
+        match E::normalize(source, (), name.to_owned(), intake_id, &request) {
+            Ok(normalized) => normalized,
+            Err(answer) => return answer,
+        };
+    delivery.raw = Some(Raw {
+        content_type: E::content_type(&request.headers),
+        bytes: request.body.clone(),
+    });
+    submit_delivery(state, delivery, submit).await
+}
+
+/// Submits a normalised delivery as `submit` says, answering once it is committed.
+async fn submit_delivery(state: &AppState, delivery: Delivery, submit: Submit) -> Response {
     match submit {
-        Submit::Intake(style) => intake_answer::submit(&state, delivery, style).await,
+        Submit::Intake(style) => intake_answer::submit(state, delivery, style).await,
         Submit::ResumeOrIntake { at, caller, style } => {
-            crate::http::waits::resume_or_submit(&state, delivery, at, &caller, style).await
+            crate::http::waits::resume_or_submit(state, delivery, at, &caller, style).await
         }
         Submit::Resume(claim, style) => {
-            crate::http::waits::submit_resume(&state, delivery, claim, style).await
+            crate::http::waits::submit_resume(state, delivery, claim, style).await
         }
     }
 }

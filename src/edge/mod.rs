@@ -26,6 +26,8 @@ use axum::middleware::from_fn;
 
 pub use email::mailbox_test;
 pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
+pub use slack::approvals::Approvals;
+pub use slack::socket::SocketMode;
 
 pub use body::Unverified;
 

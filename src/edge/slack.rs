@@ -8,7 +8,9 @@
 //! `app_mention` carries one `message_key`: the first copy that routes claims it and the other
 //! is a `duplicate`, so one message makes at most one run.
 
+pub(crate) mod approvals;
 mod interactivity;
+pub(crate) mod socket;
 
 use std::time::Duration;
 
@@ -94,7 +96,7 @@ impl SourceSettings for SlackSourceConfig {
     }
 
     fn tenants(&self) -> Vec<&str> {
-        self.teams.values().map(String::as_str).collect()
+        SlackSourceConfig::tenants(self).collect()
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -102,14 +104,19 @@ impl SourceSettings for SlackSourceConfig {
     }
 
     fn resolve(&self, env: EnvLookup<'_>) -> Result<ResolvedSource, String> {
+        let optional = |var: &Option<String>| -> Result<Option<String>, String> {
+            var.as_deref().map(|var| self.secret(env, var)).transpose()
+        };
         Ok(ResolvedSource::Slack {
-            secret: self.secret(env, &self.signing_secret_env)?,
+            secret: optional(&self.signing_secret_env)?,
+            app_token: optional(&self.app_token_env)?,
+            bot_token: optional(&self.bot_token_env)?,
             config: self.clone(),
         })
     }
 
     fn signing_secret_env(&self) -> Option<&str> {
-        Some(self.signing_secret_env.as_str())
+        self.signing_secret_env.as_deref()
     }
 
     fn retry_window(&self) -> Option<(Duration, &'static str)> {
@@ -121,7 +128,7 @@ impl SourceSettings for SlackSourceConfig {
 
     fn produces(&self, tenant: &str, channel: EventChannel, event_type: &str) -> bool {
         channel == EventChannel::Slack
-            && self.teams.values().any(|t| t == tenant)
+            && SlackSourceConfig::tenants(self).any(|t| t == tenant)
             && matches!(
                 event_type,
                 "message"
@@ -133,16 +140,21 @@ impl SourceSettings for SlackSourceConfig {
     }
 }
 
-/// Slack's settings of a source, for both of its endpoints.
-fn slack_source(source: &ResolvedSource) -> Option<(&SlackSourceConfig, &str)> {
+/// Slack's settings of a source, for both of its endpoints: its config and signing secret
+/// (`None`: a Socket Mode source without one, which refuses HTTP callbacks).
+fn slack_source(source: &ResolvedSource) -> Option<(&SlackSourceConfig, Option<&str>)> {
     match source {
-        ResolvedSource::Slack { config, secret } => Some((config, secret)),
+        ResolvedSource::Slack { config, secret, .. } => Some((config, secret.as_deref())),
         _ => None,
     }
 }
 
-/// The v0 signature over the raw body, within Slack's 300 s window.
-fn verify(secret: &str, request: &Unverified) -> Result<(), SlackError> {
+/// The v0 signature over the raw body, within Slack's 300 s window. Without a secret nothing
+/// verifies (fail closed).
+fn verify(secret: Option<&str>, request: &Unverified) -> Result<(), SlackError> {
+    let Some(secret) = secret else {
+        return Err(SlackError::EmptySecret);
+    };
     let header = |name: &str| request.headers.get(name).and_then(|v| v.to_str().ok());
     switchyard_slack::verify(
         header("x-slack-request-timestamp"),
@@ -174,7 +186,7 @@ fn rate_limited(notice: &AppRateLimited) -> DeliveryBody {
 /// The Events API endpoint.
 impl Endpoint for Slack {
     const KIND: &'static str = KIND;
-    type Source<'l> = (&'l SlackSourceConfig, &'l str);
+    type Source<'l> = (&'l SlackSourceConfig, Option<&'l str>);
     type Verified<'r> = ();
 
     fn unverified(_request: &Unverified) -> Option<()> {

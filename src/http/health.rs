@@ -86,7 +86,12 @@ async fn readyz(
     let unhealthy = state.sources.unhealthy();
     let writers = state.intake.writers();
     let writers_ok = writers.iter().all(|w| w.healthy);
-    let ready = database["ok"] == json!(true) && unhealthy.is_empty() && writers_ok;
+    // A Socket Mode source none of whose connections is open receives nothing.
+    let sockets_down = state.sockets.down();
+    let ready = database["ok"] == json!(true)
+        && unhealthy.is_empty()
+        && writers_ok
+        && sockets_down.is_empty();
     let (status, word) = if ready {
         (StatusCode::OK, "ready")
     } else {
@@ -106,6 +111,8 @@ async fn readyz(
             "sources": state.sources.snapshot(),
             "targets": targets(&state).await,
             "unhealthy_sources": unhealthy.into_iter().map(|(name, _)| name).collect::<Vec<_>>(),
+            "socket_mode": state.sockets.snapshot(),
+            "unready_socket_sources": sockets_down,
             "degraded_workflows": degraded_workflows(&state),
         })),
     ))

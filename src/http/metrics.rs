@@ -102,6 +102,18 @@ async fn scrape(
             .get_or_create(&label)
             .set(i64::from(status.consecutive_failures));
     }
+    metrics.socket_open.clear();
+    for (source, status) in state.sockets.snapshot() {
+        let label = SourceLabel { source };
+        metrics
+            .socket_open
+            .get_or_create(&label)
+            .set(i64::try_from(status.open()).unwrap_or(i64::MAX));
+        metrics
+            .socket_last_envelope
+            .get_or_create(&label)
+            .set(status.last_envelope_at.map_or(0, |at| at / 1000));
+    }
     metrics.config_revision.clear();
     metrics
         .config_revision

@@ -47,6 +47,8 @@ pub struct AppState {
     pub live: LiveConfig,
     pub intake: Intake,
     pub sources: Arc<SourceStatuses>,
+    /// Slack Socket Mode connections, for `/readyz`, `/metrics` and the console.
+    pub sockets: Arc<crate::socket_status::SocketStatuses>,
     /// Wake-ups for the dispatcher and for pull workers waiting in `POST /v1/claims`.
     pub wake: Arc<Wake>,
     /// Push targets' delivery health, for `/readyz`.

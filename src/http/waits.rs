@@ -52,6 +52,9 @@ struct OpenBody {
     deadline: String,
     #[serde(default)]
     on_timeout: Option<String>,
+    /// Where to post the proposal with Approve / Reject buttons.
+    #[serde(default)]
+    notify: Option<NotifyBody>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -59,7 +62,27 @@ struct OpenBody {
 struct ProposalBody {
     id: String,
     digest: String,
+    /// What the approval message says (Slack mrkdwn, at most 3,000 characters).
+    #[serde(default)]
+    summary: Option<String>,
 }
+
+/// `notify`: `{"slack": {"source": "<slack source>", "channel": "C..."}}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NotifyBody {
+    slack: SlackNotifyBody,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SlackNotifyBody {
+    source: String,
+    channel: String,
+}
+
+/// Longest proposal summary an approval message shows (a Slack section's text limit).
+const MAX_SUMMARY_CHARS: usize = 3000;
 
 impl OpenBody {
     fn check(self) -> Result<OpenRequest, ApiError> {
@@ -88,6 +111,23 @@ impl OpenBody {
             None => OnTimeout::Fail,
             Some(text) => OnTimeout::parse(text).map_err(bad)?,
         };
+        if let Some(summary) = &self.proposal.summary
+            && (summary.trim().is_empty() || summary.chars().count() > MAX_SUMMARY_CHARS)
+        {
+            return Err(bad(format!(
+                "`proposal.summary` must be 1 to {MAX_SUMMARY_CHARS} characters"
+            )));
+        }
+        let notify = self.notify.map(|notify| open::Notify {
+            body: self.proposal.summary.clone().unwrap_or_else(|| {
+                format!(
+                    "Approval needed for proposal `{}` (wait `{}`).",
+                    self.proposal.id, self.wait_id
+                )
+            }),
+            source: notify.slack.source,
+            channel: notify.slack.channel,
+        });
         Ok(OpenRequest {
             fencing_token: self.fencing_token,
             wait_id: self.wait_id,
@@ -96,6 +136,7 @@ impl OpenBody {
             proposal_digest: self.proposal.digest,
             deadline,
             on_timeout,
+            notify,
         })
     }
 }
@@ -107,9 +148,18 @@ async fn open_wait(
     body: Result<Json<OpenBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     principal.require(Scope::RunsWrite)?;
-    super::runs::visible_run(&state, &principal, &id).await?;
+    let run = super::runs::visible_run(&state, &principal, &id).await?;
     let Json(body) = body.map_err(ApiError::from)?;
     let request = body.check()?;
+    if let Some(notify) = &request.notify {
+        crate::config::check_approval_notify(
+            &state.live.current().settings.sources,
+            &notify.source,
+            &run.tenant_id,
+            &notify.channel,
+        )
+        .map_err(ApiError::BadRequest)?;
+    }
     let opened = open::open(&state.store, &id, &request, now_millis())
         .await
         .map_err(open_error)?;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use switchyard_store::entities::{run, wait};
+use switchyard_store::slack_messages::NewSlackMessage;
 use switchyard_store::waits::NewWait;
 pub use switchyard_store::waits::OpenError;
 use switchyard_store::{Millis, Store};
@@ -24,6 +25,19 @@ pub struct OpenRequest {
     pub deadline: Duration,
     /// `fail` or `resume`.
     pub on_timeout: OnTimeout,
+    /// An approval message to post for the wait (checked by the caller against the sources in
+    /// force), written with it.
+    pub notify: Option<Notify>,
+}
+
+/// An approval message to post through a Slack source for a wait: `body` is what it says; its
+/// Approve / Reject buttons carry the wait's resume token, bound to the run, the wait and the
+/// proposal digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notify {
+    pub source: String,
+    pub channel: String,
+    pub body: String,
 }
 
 /// What happens when a wait's deadline passes without a resume.
@@ -105,6 +119,18 @@ pub async fn open(
         token_hash: super::token_hash(&resume_token),
         deadline: now.saturating_add(request.deadline.as_millis() as i64),
         on_timeout: request.on_timeout.as_str().to_owned(),
+        notify: request.notify.as_ref().map(|notify| NewSlackMessage {
+            source: notify.source.clone(),
+            channel: notify.channel.clone(),
+            body: notify.body.clone(),
+            button_value: serde_json::json!({
+                "token": resume_token,
+                "proposal_digest": request.proposal_digest,
+                "run_id": run_id,
+                "wait_id": request.wait_id,
+            })
+            .to_string(),
+        }),
     };
     let (wait, run) = store.open_wait(run_id, &new, now).await?;
     Ok(Opened {

@@ -32,6 +32,7 @@ pub mod replays;
 pub mod retention;
 pub mod revisions;
 pub mod runs;
+pub mod slack_messages;
 pub mod waits;
 pub mod workflows;
 pub mod write_turn;

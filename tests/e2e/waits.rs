@@ -12,6 +12,7 @@ mod deadlines;
 mod durability;
 mod matching;
 mod principals;
+mod slack_approvals;
 mod two_waits;
 
 use std::collections::BTreeSet;

@@ -5,9 +5,10 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
 use slack_morphism::events::SlackPushEvent;
-use switchyard_core::Normalized;
+use switchyard_core::{Disposition, Normalized};
 
 use crate::fields::Obj;
+use crate::grid::{Workspace, event_workspace, foreign_author};
 use crate::message::{Context, read_event};
 use crate::{SlackError, SlackSourceConfig};
 
@@ -27,7 +28,8 @@ pub enum SlackIntake {
 /// One `event_callback`, normalised.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlackEvent {
-    /// The envelope's `team_id` (already mapped to the event's tenant).
+    /// The workspace the event happened in (`context_team_id`, else the envelope's `team_id`),
+    /// already mapped to the event's tenant.
     pub team_id: String,
     /// `delivery_id` is the envelope's `event_id`, Slack's key for retries of one delivery.
     pub normalized: Normalized,
@@ -69,7 +71,7 @@ pub fn normalize(
     })?;
     let root = Obj::root(&value)?;
     match root.req_str("type")? {
-        "event_callback" => event_callback(root, source, raw_ref),
+        "event_callback" => event_callback(&value, root, source, raw_ref),
         "url_verification" => {
             root.req_str("challenge")?;
             match typed(&value, "url_verification")? {
@@ -100,8 +102,8 @@ fn app_rate_limited(
     root: Obj<'_>,
     source: &SlackSourceConfig,
 ) -> Result<SlackIntake, SlackError> {
-    let team_id = root.req_str("team_id")?;
-    let tenant_id = tenant(source, team_id)?;
+    root.req_str("team_id")?;
+    let Workspace { team_id, tenant_id } = event_workspace(source, value)?;
     root.req_str("api_app_id")?;
     // Read as plain seconds: slack-morphism's time type depends on its features (jiff or chrono).
     let minute = match root.get("minute_rate_limited") {
@@ -128,13 +130,16 @@ fn app_rate_limited(
 /// that type requires `authorizations[].user_id`, which Slack's own documented `bot_message`
 /// callback omits, and a delivery must not be refused over a field nothing here uses.
 fn event_callback(
+    value: &Value,
     root: Obj<'_>,
     source: &SlackSourceConfig,
     raw_ref: &str,
 ) -> Result<SlackIntake, SlackError> {
-    let team_id = root.req_str("team_id")?;
-    // Tenancy before anything else: an unknown team is refused whatever its payload says.
-    let tenant_id = tenant(source, team_id)?;
+    root.req_str("team_id")?;
+    // Tenancy before anything else, from the envelope's context (Enterprise Grid included): an
+    // unknown team is refused whatever its payload says.
+    let workspace = event_workspace(source, value)?;
+    let Workspace { team_id, tenant_id } = workspace;
     let event_id = root.req_str("event_id")?;
     let event = root.req_obj("event", "event")?;
     let ctx = Context {
@@ -144,7 +149,14 @@ fn event_callback(
         event_id,
         raw_ref,
     };
-    let reading = read_event(&ctx, event)?;
+    let mut reading = read_event(&ctx, event)?;
+    if let Some(detail) = foreign_author(source, value, &workspace) {
+        let event = match reading.disposition {
+            Disposition::Route(event) => Some(event),
+            Disposition::Ineligible { event, .. } => event,
+        };
+        reading.disposition = Disposition::Ineligible { detail, event };
+    }
     Ok(SlackIntake::Event(SlackEvent {
         team_id: team_id.to_owned(),
         normalized: Normalized {
@@ -153,12 +165,4 @@ fn event_callback(
         },
         message_key: reading.message_key,
     }))
-}
-
-fn tenant<'a>(source: &'a SlackSourceConfig, team_id: &str) -> Result<&'a str, SlackError> {
-    source
-        .tenant_for(team_id)
-        .ok_or_else(|| SlackError::UnknownTeam {
-            team_id: team_id.to_owned(),
-        })
 }

@@ -31,7 +31,8 @@ pub enum SlackError {
     EmptySecret,
 
     // --- tenancy: `unauthorized_source` ---
-    /// The callback's `team_id` is not in the source's `teams` map.
+    /// The callback's workspace (`context_team_id`, else `team_id`) is not in the source's
+    /// `teams` map, nor in an org of its `enterprises` that authorised the delivery.
     #[error("no tenant claims team {team_id}")]
     UnknownTeam { team_id: String },
 
@@ -69,6 +70,10 @@ pub enum SlackError {
     /// An `urgent_channels` entry is blank.
     #[error("slack source `{source_name}`: urgent_channels entries must not be blank")]
     BlankChannel { source_name: String },
+    /// A setting of the connection (mode, tokens, API URL, connections) is wrong; `detail`
+    /// names the key and why.
+    #[error("slack source `{source_name}`: {detail}")]
+    InvalidSetting { source_name: String, detail: String },
 }
 
 impl SlackError {
@@ -97,7 +102,8 @@ impl SlackError {
             | SlackError::NoTeams { .. }
             | SlackError::BlankTeamEntry { .. }
             | SlackError::BlankKeyword { .. }
-            | SlackError::BlankChannel { .. } => None,
+            | SlackError::BlankChannel { .. }
+            | SlackError::InvalidSetting { .. } => None,
         }
     }
 

@@ -11,6 +11,7 @@
 use serde_json::{Value, json};
 use switchyard_core::{Channel, Event};
 
+use crate::grid::{Workspace, interaction_workspace};
 use crate::{SlackError, SlackSourceConfig};
 
 /// One button click.
@@ -45,21 +46,28 @@ pub fn normalize_interaction(
         detail: "not_json".into(),
         source: Some(error),
     })?;
+    interaction_of(&payload, config, raw_ref)
+}
+
+/// Reads an interaction payload already decoded from its form field (or from a Socket Mode
+/// `interactive` envelope, which carries the same JSON). Errors as [`normalize_interaction`].
+pub fn interaction_of(
+    payload: &Value,
+    config: &SlackSourceConfig,
+    raw_ref: &str,
+) -> Result<BlockAction, SlackError> {
     let kind =
-        str_at(&payload, &["type"]).ok_or_else(|| SlackError::invalid("missing_field:type"))?;
-    let team_id = str_at(&payload, &["team", "id"])
-        .ok_or_else(|| SlackError::invalid("missing_field:team.id"))?;
-    let tenant = config
-        .tenant_for(team_id)
-        .ok_or_else(|| SlackError::UnknownTeam {
-            team_id: team_id.to_owned(),
-        })?;
+        str_at(payload, &["type"]).ok_or_else(|| SlackError::invalid("missing_field:type"))?;
+    let Workspace {
+        team_id,
+        tenant_id: tenant,
+    } = interaction_workspace(config, payload)?;
     if kind != "block_actions" {
         return Err(SlackError::invalid(format!(
             "unsupported_interaction:{kind}"
         )));
     }
-    let user_id = str_at(&payload, &["user", "id"])
+    let user_id = str_at(payload, &["user", "id"])
         .ok_or_else(|| SlackError::invalid("missing_field:user.id"))?;
     let action = payload
         .get("actions")
@@ -70,13 +78,13 @@ pub fn normalize_interaction(
         .ok_or_else(|| SlackError::invalid("missing_field:actions.0.action_id"))?;
     let value = str_at(action, &["value"])
         .ok_or_else(|| SlackError::invalid("missing_field:actions.0.value"))?;
-    let delivery_id = str_at(&payload, &["trigger_id"])
+    let delivery_id = str_at(payload, &["trigger_id"])
         .or_else(|| str_at(action, &["action_ts"]))
         .ok_or_else(|| SlackError::invalid("missing_field:trigger_id"))?;
-    let channel_id = str_at(&payload, &["container", "channel_id"])
-        .or_else(|| str_at(&payload, &["channel", "id"]));
-    let message_ts = str_at(&payload, &["container", "message_ts"])
-        .or_else(|| str_at(&payload, &["message", "ts"]));
+    let channel_id = str_at(payload, &["container", "channel_id"])
+        .or_else(|| str_at(payload, &["channel", "id"]));
+    let message_ts = str_at(payload, &["container", "message_ts"])
+        .or_else(|| str_at(payload, &["message", "ts"]));
     let target_entity_id = match (channel_id, message_ts) {
         (Some(channel), Some(ts)) => format!("{channel}:{ts}"),
         _ => format!("user:{user_id}"),
@@ -93,7 +101,7 @@ pub fn normalize_interaction(
             "value": value,
             "channel_id": channel_id,
             "message_ts": message_ts,
-            "trigger_id": str_at(&payload, &["trigger_id"]),
+            "trigger_id": str_at(payload, &["trigger_id"]),
             "action_ts": str_at(action, &["action_ts"]),
         }),
         raw_ref: raw_ref.to_owned(),

@@ -75,13 +75,14 @@ mod callback;
 mod config;
 mod error;
 mod fields;
+mod grid;
 mod interaction;
 mod message;
 mod signature;
 mod urgent;
 
 pub use callback::{AppRateLimited, SlackEvent, SlackIntake, normalize};
-pub use config::SlackSourceConfig;
+pub use config::{DEFAULT_API_BASE_URL, MAX_CONNECTIONS, SlackMode, SlackSourceConfig};
 pub use error::SlackError;
-pub use interaction::{BlockAction, form_encode, normalize_interaction};
+pub use interaction::{BlockAction, form_encode, interaction_of, normalize_interaction};
 pub use signature::{MAX_CLOCK_SKEW_SECS, sign, verify};

@@ -116,14 +116,13 @@ mod tests {
     }
 
     fn config(keywords: &[&str], channels: &[&str]) -> SlackSourceConfig {
-        SlackSourceConfig {
-            name: "s".into(),
-            signing_secret_env: "S".into(),
-            teams: [("T1".to_string(), "acme".to_string())].into(),
-            urgent_keywords: keywords.iter().map(|k| k.to_string()).collect(),
-            urgent_channels: channels.iter().map(|c| c.to_string()).collect(),
-            ignore_bots: true,
-        }
+        let mut config: SlackSourceConfig = serde_json::from_value(serde_json::json!({
+            "name": "s", "signing_secret_env": "S", "teams": {"T1": "acme"},
+        }))
+        .expect("a valid config");
+        config.urgent_keywords = keywords.iter().map(|k| k.to_string()).collect();
+        config.urgent_channels = channels.iter().map(|c| c.to_string()).collect();
+        config
     }
 
     #[test]

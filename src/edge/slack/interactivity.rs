@@ -25,7 +25,7 @@ pub struct Interactivity;
 
 impl Endpoint for Interactivity {
     const KIND: &'static str = KIND;
-    type Source<'l> = (&'l SlackSourceConfig, &'l str);
+    type Source<'l> = (&'l SlackSourceConfig, Option<&'l str>);
     type Verified<'r> = ();
 
     fn source(source: &ResolvedSource) -> Option<Self::Source<'_>> {

@@ -15,5 +15,6 @@ pub mod replay;
 pub mod replay_result;
 pub mod run;
 pub mod run_history;
+pub mod slack_message;
 pub mod wait;
 pub mod workflow;

@@ -27,6 +27,8 @@ pub struct NewWait {
     pub deadline: Millis,
     /// `fail` or `resume`.
     pub on_timeout: String,
+    /// An approval message to post to Slack for it, written with it (`slack_messages`).
+    pub notify: Option<crate::slack_messages::NewSlackMessage>,
 }
 
 /// Why a wait could not be opened.
@@ -140,6 +142,13 @@ impl Store {
                 });
             }
             return Err(error.into());
+        }
+        if let Some(notify) = &new.notify {
+            crate::entities::slack_message::Entity::insert(crate::slack_messages::row_for(
+                notify, &row, now,
+            ))
+            .exec_without_returning(&txn)
+            .await?;
         }
         // The start (or an earlier resume) reached the worker, which is now waiting: a pull
         // claim or a push attempt still in flight is done, so it is not handed out again.

@@ -17,4 +17,5 @@ mod outbox;
 mod retention;
 mod revisions;
 mod runs;
+mod slack_messages;
 mod waits;

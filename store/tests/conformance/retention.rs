@@ -70,6 +70,7 @@ async fn pruning_finished_runs_deletes_only_those_of_the_status_finished_before_
             token_hash: "token".into(),
             deadline: old + 100,
             on_timeout: "fail".into(),
+            notify: None,
         };
         store
             .open_wait(&waited.run.id, &new, old + 1)

@@ -28,6 +28,7 @@ fn new_wait(r: &Routed, on_timeout: &str, now: Millis) -> NewWait {
         token_hash: format!("token-{}", r.run.id),
         deadline: now + WAIT_MS,
         on_timeout: on_timeout.into(),
+        notify: None,
     }
 }
 

@@ -8,7 +8,10 @@ use crate::{File, Source, source};
 fn the_documented_entry_parses_inside_a_kind_tagged_source() {
     let config = source();
     assert_eq!(config.name, "acme-slack");
-    assert_eq!(config.signing_secret_env, "SLACK_SIGNING_SECRET");
+    assert_eq!(
+        config.signing_secret_env.as_deref(),
+        Some("SLACK_SIGNING_SECRET")
+    );
     assert_eq!(config.tenant_for("T0123ABC"), Some("acme"));
     assert_eq!(config.tenant_for("T0999XYZ"), Some("globex"));
     assert_eq!(config.tenant_for("T0NOBODY"), None);
@@ -53,7 +56,7 @@ fn optional_keys_default_and_typos_are_errors() {
     .unwrap_err();
     assert!(typo.to_string().contains("ignore_bot"), "{typo}");
 
-    // The secret is required: no secret, no source (fail closed).
+    // The secret is required for HTTP callbacks: no secret, no source (fail closed).
     let no_secret = parse(
         r#"
         [[source]]
@@ -62,11 +65,57 @@ fn optional_keys_default_and_typos_are_errors() {
         teams = { T1 = "acme" }
         "#,
     )
+    .unwrap()
+    .validate()
     .unwrap_err();
     assert!(
         no_secret.to_string().contains("signing_secret_env"),
         "{no_secret}"
     );
+
+    // Socket Mode needs the app-level token instead, and keeps two connections by default.
+    let socket = parse(
+        r#"
+        [[source]]
+        kind = "slack"
+        name = "s"
+        mode = "socket"
+        app_token_env = "SLACK_APP_TOKEN"
+        teams = { T1 = "acme" }
+        "#,
+    )
+    .unwrap();
+    socket.validate().unwrap();
+    assert_eq!(socket.connections, 2);
+    assert_eq!(socket.api_base_url, "https://slack.com/api/");
+    let mut no_app_token = socket.clone();
+    no_app_token.app_token_env = None;
+    assert!(
+        no_app_token
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("app_token_env"),
+    );
+    for (connections, api_base_url) in [
+        (0, "https://slack.com/api/"),
+        (11, "https://slack.com/api/"),
+        (2, "ftp://x/"),
+        (2, "https://slack.com/api"),
+    ] {
+        let mut bad = socket.clone();
+        bad.connections = connections;
+        bad.api_base_url = api_base_url.into();
+        assert!(
+            matches!(bad.validate(), Err(SlackError::InvalidSetting { .. })),
+            "{connections} {api_base_url}"
+        );
+    }
+    // An org-wide install alone is enough to bind tenants.
+    let mut grid = socket.clone();
+    grid.teams.clear();
+    grid.enterprises = [("E0ORG".to_string(), "acme".to_string())].into();
+    grid.validate().unwrap();
 }
 
 fn valid() -> SlackSourceConfig {
@@ -102,14 +151,14 @@ fn validate_names_each_problem() {
         ),
         (
             SlackSourceConfig {
-                signing_secret_env: String::new(),
+                signing_secret_env: Some(String::new()),
                 ..valid()
             },
             |e| matches!(e, SlackError::InvalidSecretEnv { .. }),
         ),
         (
             SlackSourceConfig {
-                signing_secret_env: "8f742231b10e-secret".into(),
+                signing_secret_env: Some("8f742231b10e-secret".into()),
                 ..valid()
             },
             |e| matches!(e, SlackError::InvalidSecretEnv { .. }),
