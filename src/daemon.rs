@@ -24,6 +24,7 @@ pub struct Daemon {
     dispatcher: Arc<Dispatcher>,
     retention: Arc<Retention>,
     wait_timers: Arc<crate::waits::timers::WaitTimers>,
+    alerts: Arc<crate::alerts::Alerts>,
 }
 
 impl Daemon {
@@ -88,6 +89,17 @@ impl Daemon {
             tracing::warn!(%error, "cannot mark interrupted replays");
         }
         let replays = crate::replay::Replayer::new(store.clone(), Some(intake.clone()));
+        let alert_status = Arc::new(crate::alerts::AlertStatus::default());
+        let alerts = Arc::new(crate::alerts::Alerts::start(crate::alerts::Inputs {
+            store: store.clone(),
+            live: live.clone(),
+            intake: intake.clone(),
+            sources: sources.clone(),
+            targets: targets.clone(),
+            status: alert_status.clone(),
+            replica_id: live.current().settings.loaded.replica_id(),
+            started: switchyard_store::now_millis(),
+        }));
         let state = AppState {
             replays,
             store: store.clone(),
@@ -98,6 +110,7 @@ impl Daemon {
             targets,
             console: Arc::default(),
             pending: Arc::default(),
+            alerts: alert_status,
         };
         Ok(Self {
             state,
@@ -105,6 +118,7 @@ impl Daemon {
             dispatcher,
             retention,
             wait_timers,
+            alerts,
         })
     }
 
@@ -147,6 +161,7 @@ impl Daemon {
         log_revision(&live);
         let sources = live.settings.sources.clone();
         self.state.live.replace(live);
+        self.state.alerts.set_reload_refused(None);
         self.pollers.apply(&sources).await;
         Ok(())
     }
@@ -211,6 +226,7 @@ impl Daemon {
         self.dispatcher.shutdown().await;
         self.retention.shutdown().await;
         self.wait_timers.shutdown().await;
+        self.alerts.shutdown().await;
         tracing::info!("stopped");
         Ok(())
     }

@@ -122,6 +122,8 @@ pub struct Metrics {
     pub poller_last_success: Family<SourceLabel, Gauge>,
     pub poller_failures: Family<SourceLabel, Gauge>,
     pub config_revision: Family<RevisionLabel, Gauge>,
+    /// Alerts firing in the shared database, as this replica last evaluated them.
+    pub alerts_firing: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -263,6 +265,12 @@ impl Metrics {
             "1 for the config revision in force",
             config_revision.clone(),
         );
+        let alerts_firing = Gauge::default();
+        registry.register(
+            "alerts_firing",
+            "Alerts firing (one per rule and scope, across replicas)",
+            alerts_firing.clone(),
+        );
         // A gauge that is always 1, not an OpenMetrics `info`: the classic text format (and
         // promtool) has no info type.
         let build = Family::<BuildLabels, Gauge>::default();
@@ -295,6 +303,7 @@ impl Metrics {
             poller_last_success,
             poller_failures,
             config_revision,
+            alerts_firing,
         }
     }
 

@@ -1,7 +1,9 @@
 //! The admin's config file (`switchyard.toml`): its shape, validation, and the resolution of
 //! secrets named by environment variable into the [`Settings`] the daemon runs on.
 
+pub mod alerts;
 mod flow;
+pub mod hours;
 mod principals;
 mod retention;
 mod revision;
@@ -19,11 +21,14 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use switchyard_core::Workflow;
 
+pub use alerts::{
+    AlertConfig, AlertKind, AlertingConfig, NotifierConfig, ResolvedNotifier, SmtpTls,
+};
 pub use flow::{Ceiling, FlowConfig, RatesConfig, coalesce_refusal};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
 pub use revision::revision_content;
-pub use sources::{API_SOURCE, ResolvedSource, SourceConfig, SourceSettings};
+pub use sources::{API_SOURCE, ResolvedSource, SenderPolicy, SourceConfig, SourceSettings};
 pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
     ResolvedTarget, TargetConfig,
@@ -66,6 +71,15 @@ pub struct Config {
     /// The authorities workflows run as (`run_as`).
     #[serde(default, rename = "principal")]
     pub principals: Vec<PrincipalConfig>,
+    /// Where alerts are sent (`kind = "webhook" | "slack" | "email"`).
+    #[serde(default, rename = "notifier")]
+    pub notifiers: Vec<NotifierConfig>,
+    /// Alert rules (`kind = "source_quiet" | "dispatch_lag" | ...`).
+    #[serde(default, rename = "alert")]
+    pub alerts: Vec<AlertConfig>,
+    /// How rules are evaluated, and the built-in ones.
+    #[serde(default)]
+    pub alerting: AlertingConfig,
 }
 
 /// `[server]`.
@@ -440,6 +454,16 @@ impl Config {
             );
         }
         problems.extend(self.rates.problems(&self.sources, &self.workflows));
+        let source_names: HashSet<&str> = self.sources.iter().map(SourceConfig::name).collect();
+        let mut target_names = target_names;
+        target_names.insert(BUILTIN_PULL);
+        problems.extend(alerts::problems(
+            &self.notifiers,
+            &self.alerts,
+            &self.alerting,
+            &source_names,
+            &target_names,
+        ));
         problems.extend(self.retention.problems());
         problems.extend(tokens::problems(&self.tokens));
         problems.extend(principals::problems(
@@ -512,6 +536,8 @@ pub struct Settings {
     pub sources: Vec<ResolvedSource>,
     /// Every target in force ([`LoadedConfig::targets`]) with its secrets.
     pub targets: Vec<ResolvedTarget>,
+    /// The `[[notifier]]` entries with their secrets.
+    pub notifiers: Vec<ResolvedNotifier>,
 }
 
 impl Settings {
@@ -539,12 +565,20 @@ impl Settings {
             .map(|target| target.resolve(env))
             .collect::<Result<Vec<_>, _>>()
             .map_err(ConfigError::Invalid)?;
+        let notifiers = loaded
+            .config
+            .notifiers
+            .iter()
+            .map(|notifier| notifier.resolve(env))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ConfigError::Invalid)?;
         Ok(Self {
             loaded,
             api_token,
             tokens,
             sources,
             targets,
+            notifiers,
         })
     }
 }

@@ -24,7 +24,9 @@ use axum::Router;
 use axum::middleware::from_fn;
 use switchyard_core::Outcome;
 
-pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
+pub use pollers::{
+    Handles, Poll, Pollers, SourceStatuses, StartPollers, UNHEALTHY_AFTER_FAILURES,
+};
 
 use crate::config::{ServerConfig, SourceConfig};
 use crate::http::AppState;

@@ -3,6 +3,7 @@
 //! signature instead.
 
 pub(crate) mod admin;
+mod alerts;
 pub(crate) mod auth;
 pub(crate) mod body_deadline;
 mod claims;
@@ -51,6 +52,8 @@ pub struct AppState {
     pub console: Arc<crate::console::Sessions>,
     /// Replays started through this daemon.
     pub replays: crate::replay::Replayer,
+    /// Notifier health and refused reloads, for `/readyz`, the console and alert rules.
+    pub alerts: Arc<crate::alerts::AlertStatus>,
 }
 
 /// The whole HTTP surface, with the server's body limits: a declared body over `body_limit` is
@@ -78,6 +81,7 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
         .merge(admin::router())
         .merge(revisions::router())
         .merge(replays::router())
+        .merge(alerts::router())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_token,
