@@ -5,6 +5,7 @@ mod e2e {
     pub mod harness;
 
     mod access;
+    mod alerts;
     mod authority;
     mod bounded_runs;
     mod browser;

@@ -63,7 +63,10 @@ pub fn record(source: &str, ok: bool, took: Duration, now_ms: i64) {
     };
     let slot = &mut ring.0[minute.rem_euclid(MINUTES as i64) as usize];
     if slot.minute != minute {
-        *slot = Minute { minute, ..Minute::default() };
+        *slot = Minute {
+            minute,
+            ..Minute::default()
+        };
     }
     slot.answers += 1;
     slot.failed += u64::from(!ok);
@@ -82,7 +85,11 @@ pub fn counts(source: &str, window: Duration, ack_within: Duration, now_ms: i64)
         return AnswerCounts::default();
     };
     let mut counts = AnswerCounts::default();
-    for minute in ring.0.iter().filter(|m| m.minute > now_minute - minutes && m.minute <= now_minute) {
+    for minute in ring
+        .0
+        .iter()
+        .filter(|m| m.minute > now_minute - minutes && m.minute <= now_minute)
+    {
         let slow = match ack_within.as_secs() {
             0 | 1 => minute.slow_over_1s,
             2..=5 => minute.slow_over_3s,

@@ -37,7 +37,11 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
     let config = &rule.config;
     let local = |scope: String| {
         let replica = format!("replica={}", inputs.replica_id);
-        if scope.is_empty() { replica } else { format!("{scope},{replica}") }
+        if scope.is_empty() {
+            replica
+        } else {
+            format!("{scope},{replica}")
+        }
     };
     let push_targets = || {
         settings
@@ -55,28 +59,34 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 return Ok(found);
             };
             let expect_ms = expect.as_millis() as i64;
-            let hours = config.business_hours.as_ref().and_then(|h| Hours::parse(h).ok());
-            // With business hours, quiet time outside them does not count: look back a week.
+            let hours = config
+                .business_hours
+                .as_ref()
+                .and_then(|h| Hours::parse(h).ok());
+            // With business hours, quiet time outside them does not count: look back a week
+            // more (the walk over the hours is bounded by it).
             let lookback = expect_ms + if hours.is_some() { 7 * 86_400_000 } else { 0 };
             let scope = DeliveryScope {
                 source,
                 tenant_id: config.tenant.as_deref(),
                 event_type: config.event_type.as_deref(),
             };
-            let recent = inputs.store.last_delivery(scope, now - lookback).await?;
-            let last = match recent {
+            let last = match inputs.store.last_delivery(scope, now - lookback).await? {
                 Some(at) => Some(at),
                 None => inputs.store.last_delivery(scope, 0).await?,
             };
             // Never heard from: quiet since this daemon started watching.
-            let quiet_from = last.unwrap_or(inputs.started).max(now - lookback);
+            let quiet_from = last.unwrap_or(inputs.started);
             let quiet_ms = match &hours {
-                Some(hours) => hours.inside_millis(quiet_from, now),
+                Some(hours) => hours.inside_millis(quiet_from.max(now - lookback), now),
                 None => now - quiet_from,
             };
             if quiet_ms > expect_ms {
                 let mut scope = format!("source={source}");
-                for (key, value) in [("tenant", &config.tenant), ("event_type", &config.event_type)] {
+                for (key, value) in [
+                    ("tenant", &config.tenant),
+                    ("event_type", &config.event_type),
+                ] {
                     if let Some(value) = value {
                         scope.push_str(&format!(",{key}={value}"));
                     }
@@ -105,7 +115,8 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
         AlertKind::MailboxStalled => {
             let bound = config.max_age.unwrap_or(rules::MAILBOX_STALLED).as_millis() as i64;
             for (source, status) in inputs.sources.snapshot() {
-                if config.source.as_ref().is_some_and(|only| *only != source) || !status.holds_lease {
+                if config.source.as_ref().is_some_and(|only| *only != source) || !status.holds_lease
+                {
                     continue;
                 }
                 let last = status.last_successful_poll.map(|t| t.timestamp_millis());
@@ -113,18 +124,30 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 let why = if status.consecutive_failures >= crate::edge::UNHEALTHY_AFTER_FAILURES {
                     Some("failing")
                 } else if stalled_for > bound {
-                    Some(if status.connected { "not advancing" } else { "not connected" })
+                    Some(if status.connected {
+                        "not advancing"
+                    } else {
+                        "not connected"
+                    })
                 } else {
                     None
                 };
                 let Some(why) = why else { continue };
                 found.push(Finding {
                     scope: local(format!("source={source}")),
-                    tenant_id: live.source_tenants(&source).first().cloned().filter(|_| live.source_tenants(&source).len() == 1),
+                    tenant_id: live
+                        .source_tenants(&source)
+                        .first()
+                        .cloned()
+                        .filter(|_| live.source_tenants(&source).len() == 1),
                     summary: format!(
                         "mailbox `{source}` is {why}: no successful poll for {}{}",
                         human(stalled_for),
-                        status.last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default()
+                        status
+                            .last_error
+                            .as_deref()
+                            .map(|e| format!("; last error: {e}"))
+                            .unwrap_or_default()
                     ),
                     numbers: json!({
                         "connected": status.connected,
@@ -138,14 +161,18 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
         }
         AlertKind::ProviderDisableRisk => {
             for source in &settings.loaded.config.sources {
-                let Some(policy) = source.settings().sender_disables() else { continue };
+                let Some(policy) = source.settings().sender_disables() else {
+                    continue;
+                };
                 let name = source.name();
                 if config.source.as_deref().is_some_and(|only| only != name) {
                     continue;
                 }
                 let counts = answers::counts(name, policy.window, policy.ack_within, now);
                 let min = u64::from(config.min_deliveries.unwrap_or(rules::MIN_DELIVERIES));
-                let ratio_bound = config.max_bad_ratio.unwrap_or(policy.disable_ratio * rules::RISK_SHARE);
+                let ratio_bound = config
+                    .max_bad_ratio
+                    .unwrap_or(policy.disable_ratio * rules::RISK_SHARE);
                 if counts.answers < min.max(1) {
                     continue;
                 }
@@ -181,7 +208,9 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
         AlertKind::TargetFailing | AlertKind::DeadLetters => {
             let healths = inputs.targets.snapshot();
             for target in push_targets() {
-                let Some(health) = healths.get(&target) else { continue };
+                let Some(health) = healths.get(&target) else {
+                    continue;
+                };
                 let finding = if config.kind == AlertKind::TargetFailing {
                     let bound = config.threshold.unwrap_or(rules::TARGET_FAILURES);
                     (health.consecutive_failures >= bound).then(|| Finding {
@@ -190,7 +219,11 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                         summary: format!(
                             "target `{target}` failed {} deliveries in a row{}",
                             health.consecutive_failures,
-                            health.last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default()
+                            health
+                                .last_error
+                                .as_deref()
+                                .map(|e| format!("; last error: {e}"))
+                                .unwrap_or_default()
                         ),
                         numbers: json!({
                             "consecutive_failures": health.consecutive_failures,
@@ -200,9 +233,16 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                         since: now,
                     })
                 } else {
-                    let window = config.window.unwrap_or(rules::DEAD_LETTER_WINDOW).as_millis() as i64;
+                    let window = config
+                        .window
+                        .unwrap_or(rules::DEAD_LETTER_WINDOW)
+                        .as_millis() as i64;
                     let bound = config.threshold.unwrap_or(rules::DEAD_LETTERS) as usize;
-                    let recent: Vec<_> = health.dead_letters.iter().filter(|at| **at > now - window).collect();
+                    let recent: Vec<_> = health
+                        .dead_letters
+                        .iter()
+                        .filter(|at| **at > now - window)
+                        .collect();
                     (recent.len() >= bound).then(|| Finding {
                         scope: local(format!("target={target}")),
                         tenant_id: None,
@@ -244,7 +284,9 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 found.push(Finding {
                     scope: local(String::new()),
                     tenant_id: None,
-                    summary: format!("a config reload was refused; the old revision stays in force: {error}"),
+                    summary: format!(
+                        "a config reload was refused; the old revision stays in force: {error}"
+                    ),
                     numbers: json!({"config_revision": live.revision()}),
                     since: at,
                 });
@@ -252,7 +294,11 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
         }
         AlertKind::IntakeUnhealthy => {
             let writers = inputs.intake.writers();
-            let bad: Vec<_> = writers.iter().enumerate().filter(|(_, w)| !w.healthy).collect();
+            let bad: Vec<_> = writers
+                .iter()
+                .enumerate()
+                .filter(|(_, w)| !w.healthy)
+                .collect();
             if !bad.is_empty() {
                 found.push(Finding {
                     scope: local(String::new()),

@@ -68,12 +68,17 @@ impl AlertStatus {
     /// Records a config reload that was refused (the `reload_refused` rule fires until a
     /// reload succeeds).
     pub fn reload_refused(&self) -> Option<(Millis, String)> {
-        self.reload_refused.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.reload_refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn set_reload_refused(&self, error: Option<String>) {
-        *self.reload_refused.lock().unwrap_or_else(|p| p.into_inner()) =
-            error.map(|error| (now_millis(), error));
+        *self
+            .reload_refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = error.map(|error| (now_millis(), error));
     }
 
     pub(crate) fn record_notifier(&self, name: &str, kind: &str, error: Option<String>) {
@@ -96,7 +101,10 @@ impl AlertStatus {
 
     /// Each notifier that has tried to deliver, by name.
     pub fn notifiers(&self) -> BTreeMap<String, NotifierHealth> {
-        self.notifiers.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.notifiers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -116,7 +124,10 @@ impl Alerts {
             Background::spawn(move |stop| evaluate_loop(inputs, wake, stop))
         };
         let notifier = Background::spawn(move |stop| notifiers::deliver_loop(inputs, wake, stop));
-        Self { evaluator, notifier }
+        Self {
+            evaluator,
+            notifier,
+        }
     }
 
     /// Stops both loops (a notification in flight finishes or its claim lapses).
@@ -126,9 +137,20 @@ impl Alerts {
     }
 }
 
-async fn evaluate_loop(inputs: Inputs, wake: Arc<tokio::sync::Notify>, mut stop: watch::Receiver<bool>) {
+async fn evaluate_loop(
+    inputs: Inputs,
+    wake: Arc<tokio::sync::Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
-        let every = inputs.live.current().settings.loaded.config.alerting.evaluate_every;
+        let every = inputs
+            .live
+            .current()
+            .settings
+            .loaded
+            .config
+            .alerting
+            .evaluate_every;
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stop.wait_for(|stop| *stop) => return,
@@ -184,7 +206,13 @@ pub async fn evaluate_once(inputs: &Inputs) -> Result<bool, switchyard_store::Db
         for alert in firing.iter().filter(|alert| alert.rule == rule.config.name) {
             let still = found.iter().any(|f| f.scope == alert.scope);
             let ours = !rule.is_local() || alert.scope.split(',').any(|part| part == mine);
-            if !still && ours && inputs.store.resolve_alert(&alert.rule, &alert.scope, now).await? {
+            if !still
+                && ours
+                && inputs
+                    .store
+                    .resolve_alert(&alert.rule, &alert.scope, now)
+                    .await?
+            {
                 owed = true;
                 tracing::info!(rule = %alert.rule, scope = %alert.scope, alert_id = %alert.id, "alert resolved");
             }
@@ -193,7 +221,10 @@ pub async fn evaluate_once(inputs: &Inputs) -> Result<bool, switchyard_store::Db
     // A rule taken out of the config resolves its alerts.
     for alert in &firing {
         if !rules.iter().any(|rule| rule.config.name == alert.rule)
-            && inputs.store.resolve_alert(&alert.rule, &alert.scope, now_millis()).await?
+            && inputs
+                .store
+                .resolve_alert(&alert.rule, &alert.scope, now_millis())
+                .await?
         {
             owed = true;
         }

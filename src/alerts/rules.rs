@@ -43,7 +43,11 @@ impl Rule {
 /// Every rule in force under `settings`.
 pub fn in_force(settings: &Settings) -> Vec<Rule> {
     let config = &settings.loaded.config;
-    let every: Vec<String> = settings.notifiers.iter().map(|n| n.name().to_owned()).collect();
+    let every: Vec<String> = settings
+        .notifiers
+        .iter()
+        .map(|n| n.name().to_owned())
+        .collect();
     let mut rules: Vec<Rule> = config
         .alerts
         .iter()

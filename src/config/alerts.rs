@@ -258,7 +258,9 @@ fn default_smtp_tls() -> SmtpTls {
     SmtpTls::Starttls
 }
 fn default_days() -> Vec<String> {
-    ["mon", "tue", "wed", "thu", "fri"].map(str::to_owned).to_vec()
+    ["mon", "tue", "wed", "thu", "fri"]
+        .map(str::to_owned)
+        .to_vec()
 }
 fn default_start() -> String {
     "09:00".into()
@@ -294,7 +296,9 @@ impl NotifierConfig {
         let (kind, name) = (self.kind(), self.name());
         let mut problems = Vec::new();
         if name.trim().is_empty() || name.len() > crate::store::MAX_KEY_LEN {
-            problems.push(format!("{kind} notifier `{name}`: `name` must be 1 to 255 bytes"));
+            problems.push(format!(
+                "{kind} notifier `{name}`: `name` must be 1 to 255 bytes"
+            ));
         }
         let plain_outside_loopback = |url: &str, allowed: bool| match url_host(url) {
             None => Some(format!(
@@ -310,13 +314,17 @@ impl NotifierConfig {
             NotifierConfig::Webhook(c) => {
                 problems.extend(plain_outside_loopback(&c.url, c.allow_plain_http));
                 if c.timeout.is_zero() {
-                    problems.push(format!("webhook notifier `{name}`: `timeout` must be longer than 0s"));
+                    problems.push(format!(
+                        "webhook notifier `{name}`: `timeout` must be longer than 0s"
+                    ));
                 }
             }
             NotifierConfig::Slack(c) => {
                 problems.extend(plain_outside_loopback(&c.api_base_url, false));
                 if c.channel.trim().is_empty() {
-                    problems.push(format!("slack notifier `{name}`: `channel` must name a channel id"));
+                    problems.push(format!(
+                        "slack notifier `{name}`: `channel` must name a channel id"
+                    ));
                 }
             }
             NotifierConfig::Email(c) => {
@@ -364,7 +372,10 @@ impl NotifierConfig {
                         config.signing_secret_env
                     ));
                 }
-                ResolvedNotifier::Webhook { config: config.clone(), secret }
+                ResolvedNotifier::Webhook {
+                    config: config.clone(),
+                    secret,
+                }
             }
             NotifierConfig::Slack(config) => ResolvedNotifier::Slack {
                 config: config.clone(),
@@ -376,7 +387,11 @@ impl NotifierConfig {
                     _ => None,
                 };
                 let ca_cert = config.ca_cert_env.as_deref().map(secret).transpose()?;
-                ResolvedNotifier::Email { config: config.clone(), credentials, ca_cert }
+                ResolvedNotifier::Email {
+                    config: config.clone(),
+                    credentials,
+                    ca_cert,
+                }
             }
         })
     }
@@ -385,8 +400,14 @@ impl NotifierConfig {
 /// A notifier with its secrets in hand.
 #[derive(Clone)]
 pub enum ResolvedNotifier {
-    Webhook { config: WebhookNotifierConfig, secret: String },
-    Slack { config: SlackNotifierConfig, token: String },
+    Webhook {
+        config: WebhookNotifierConfig,
+        secret: String,
+    },
+    Slack {
+        config: SlackNotifierConfig,
+        token: String,
+    },
     Email {
         config: EmailNotifierConfig,
         /// `(user, password)`, when it authenticates.
@@ -427,7 +448,13 @@ impl std::fmt::Debug for ResolvedNotifier {
 /// The fields each kind takes besides `name`, `kind` and `notify`.
 fn allowed_fields(kind: AlertKind) -> &'static [&'static str] {
     match kind {
-        AlertKind::SourceQuiet => &["source", "tenant", "event_type", "expect_within", "business_hours"],
+        AlertKind::SourceQuiet => &[
+            "source",
+            "tenant",
+            "event_type",
+            "expect_within",
+            "business_hours",
+        ],
         AlertKind::MailboxStalled => &["source", "max_age"],
         AlertKind::ProviderDisableRisk => &["source", "max_bad_ratio", "min_deliveries"],
         AlertKind::TargetFailing => &["target", "threshold"],
@@ -470,7 +497,9 @@ impl AlertConfig {
         let allowed = allowed_fields(self.kind);
         for field in self.set_fields() {
             if !allowed.contains(&field) {
-                problems.push(format!("alert `{name}`: `{field}` does not apply to kind `{kind}`"));
+                problems.push(format!(
+                    "alert `{name}`: `{field}` does not apply to kind `{kind}`"
+                ));
             }
         }
         if let Some(source) = &self.source
@@ -485,13 +514,17 @@ impl AlertConfig {
         }
         if self.kind == AlertKind::SourceQuiet {
             if self.source.is_none() {
-                problems.push(format!("alert `{name}`: a source_quiet rule needs `source`"));
+                problems.push(format!(
+                    "alert `{name}`: a source_quiet rule needs `source`"
+                ));
             }
             match self.expect_within {
-                None => problems.push(format!("alert `{name}`: a source_quiet rule needs `expect_within`")),
-                Some(d) if d.is_zero() => {
-                    problems.push(format!("alert `{name}`: `expect_within` must be longer than 0s"))
-                }
+                None => problems.push(format!(
+                    "alert `{name}`: a source_quiet rule needs `expect_within`"
+                )),
+                Some(d) if d.is_zero() => problems.push(format!(
+                    "alert `{name}`: `expect_within` must be longer than 0s"
+                )),
                 Some(_) => {}
             }
         }
@@ -503,7 +536,9 @@ impl AlertConfig {
         if let Some(ratio) = self.max_bad_ratio
             && !(ratio > 0.0 && ratio < 1.0)
         {
-            problems.push(format!("alert `{name}`: `max_bad_ratio` must be above 0 and below 1"));
+            problems.push(format!(
+                "alert `{name}`: `max_bad_ratio` must be above 0 and below 1"
+            ));
         }
         for (field, zero) in [
             ("threshold", self.threshold == Some(0)),
@@ -530,7 +565,10 @@ pub fn problems(
     let mut names = HashSet::new();
     for notifier in notifiers {
         if !names.insert(notifier.name()) {
-            problems.push(format!("notifier `{}` is defined more than once", notifier.name()));
+            problems.push(format!(
+                "notifier `{}` is defined more than once",
+                notifier.name()
+            ));
         }
         problems.extend(notifier.problems());
     }
@@ -544,7 +582,12 @@ pub fn problems(
     let named = alerts
         .iter()
         .filter_map(|a| Some((format!("alert `{}`", a.name), a.notify.as_ref()?)))
-        .chain(alerting.builtin_notify.iter().map(|n| ("alerting.builtin_notify".to_owned(), n)));
+        .chain(
+            alerting
+                .builtin_notify
+                .iter()
+                .map(|n| ("alerting.builtin_notify".to_owned(), n)),
+        );
     for (what, notify) in named {
         for notifier in notify {
             if !names.contains(notifier.as_str()) {
@@ -561,7 +604,9 @@ pub fn problems(
     if let Some(url) = &alerting.console_url
         && url_host(url).is_none()
     {
-        problems.push(format!("alerting.console_url `{url}` must be an http(s) URL"));
+        problems.push(format!(
+            "alerting.console_url `{url}` must be an http(s) URL"
+        ));
     }
     problems
 }

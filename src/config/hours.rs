@@ -36,9 +36,17 @@ impl Hours {
         };
         let (start, end) = (time(&hours.start)?, time(&hours.end)?);
         if start >= end {
-            return Err(format!("`start` {} must be before `end` {}", hours.start, hours.end));
+            return Err(format!(
+                "`start` {} must be before `end` {}",
+                hours.start, hours.end
+            ));
         }
-        Ok(Self { zone, days, start, end })
+        Ok(Self {
+            zone,
+            days,
+            start,
+            end,
+        })
     }
 
     /// Whether `at` falls inside the hours.
@@ -90,7 +98,10 @@ mod tests {
         // Tuesday is not listed.
         assert!(!hours.contains(at("2026-12-08T10:00:00Z")));
         let from = at("2026-12-07T07:00:00Z").timestamp_millis();
-        assert_eq!(hours.inside_millis(from, from + 3 * 3_600_000), 2 * 3_600_000);
+        assert_eq!(
+            hours.inside_millis(from, from + 3 * 3_600_000),
+            2 * 3_600_000
+        );
     }
 
     #[test]

@@ -454,7 +454,8 @@ impl Config {
             );
         }
         problems.extend(self.rates.problems(&self.sources, &self.workflows));
-        let source_names: HashSet<&str> = self.sources.iter().map(SourceConfig::name).collect();
+        let mut source_names: HashSet<&str> = self.sources.iter().map(SourceConfig::name).collect();
+        source_names.insert(API_SOURCE);
         let mut target_names = target_names;
         target_names.insert(BUILTIN_PULL);
         problems.extend(alerts::problems(

@@ -24,9 +24,7 @@ use axum::Router;
 use axum::middleware::from_fn;
 use switchyard_core::Outcome;
 
-pub use pollers::{
-    Handles, Poll, Pollers, SourceStatuses, StartPollers, UNHEALTHY_AFTER_FAILURES,
-};
+pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers, UNHEALTHY_AFTER_FAILURES};
 
 use crate::config::{ServerConfig, SourceConfig};
 use crate::http::AppState;

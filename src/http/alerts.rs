@@ -82,7 +82,10 @@ async fn list(
     })))
 }
 
-fn changed(result: Result<alert::Model, AlertChangeError>, id: &str) -> Result<Json<Value>, ApiError> {
+fn changed(
+    result: Result<alert::Model, AlertChangeError>,
+    id: &str,
+) -> Result<Json<Value>, ApiError> {
     match result {
         Ok(alert) => Ok(Json(view(&alert))),
         Err(AlertChangeError::NotFound) => Err(ApiError::NotFound(format!("no alert `{id}`"))),
@@ -126,7 +129,10 @@ async fn silence(
         ApiError::BadRequest(format!("the body must be {{\"for\": \"2h\"}}: {error}"))
     })?;
     let duration = humantime::parse_duration(&body.duration).map_err(|error| {
-        ApiError::BadRequest(format!("`for` `{}` is not a duration: {error}", body.duration))
+        ApiError::BadRequest(format!(
+            "`for` `{}` is not a duration: {error}",
+            body.duration
+        ))
     })?;
     if duration > MAX_SILENCE {
         return Err(ApiError::BadRequest("`for` may be at most 30 days".into()));

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use lettre::message::header::ContentType;
 use lettre::message::Mailbox;
+use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message as Mail, Tokio1Executor};
@@ -60,7 +60,11 @@ impl EmailSender {
         Ok(Self {
             transport: builder.build(),
             from: parse(&config.from)?,
-            to: config.to.iter().map(|a| parse(a)).collect::<Result<_, _>>()?,
+            to: config
+                .to
+                .iter()
+                .map(|a| parse(a))
+                .collect::<Result<_, _>>()?,
         })
     }
 

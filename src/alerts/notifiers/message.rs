@@ -45,13 +45,20 @@ impl<'a> Message<'a> {
 
     /// One line: `[FIRING] rule (scope): summary`.
     pub fn title(&self) -> String {
-        let word = if self.resolved() { "RESOLVED" } else { "FIRING" };
+        let word = if self.resolved() {
+            "RESOLVED"
+        } else {
+            "FIRING"
+        };
         let scope = if self.alert.scope.is_empty() {
             String::new()
         } else {
             format!(" ({})", self.alert.scope)
         };
-        format!("[{word}] {}{scope}: {}", self.alert.rule, self.alert.summary)
+        format!(
+            "[{word}] {}{scope}: {}",
+            self.alert.rule, self.alert.summary
+        )
     }
 
     fn numbers(&self) -> Value {

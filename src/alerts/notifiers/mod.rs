@@ -61,14 +61,24 @@ impl Sender {
             ResolvedNotifier::Slack { config, token } => {
                 Sender::Slack(slack::SlackSender::new(config, token)?)
             }
-            ResolvedNotifier::Email { config, credentials, ca_cert } => Sender::Email(
-                email::EmailSender::new(config, credentials.clone(), ca_cert.as_deref())?,
-            ),
+            ResolvedNotifier::Email {
+                config,
+                credentials,
+                ca_cert,
+            } => Sender::Email(email::EmailSender::new(
+                config,
+                credentials.clone(),
+                ca_cert.as_deref(),
+            )?),
         })
     }
 
     /// Sends one notification; what finds the message again, or why it failed.
-    async fn send(&self, message: &Message<'_>, previous: Option<&str>) -> Result<Option<String>, String> {
+    async fn send(
+        &self,
+        message: &Message<'_>,
+        previous: Option<&str>,
+    ) -> Result<Option<String>, String> {
         match self {
             Sender::Webhook(sender) => sender.send(message).await.map(|()| None),
             Sender::Slack(sender) => sender.send(message, previous).await.map(Some),
@@ -85,7 +95,11 @@ struct Senders {
 }
 
 impl Senders {
-    fn get(&mut self, inputs: &Inputs, name: &str) -> Option<(Arc<Result<Sender, String>>, &'static str)> {
+    fn get(
+        &mut self,
+        inputs: &Inputs,
+        name: &str,
+    ) -> Option<(Arc<Result<Sender, String>>, &'static str)> {
         let live = inputs.live.current();
         if live.revision() != self.revision {
             self.revision = live.revision().to_owned();
@@ -139,7 +153,12 @@ async fn deliver(inputs: &Inputs, senders: &mut Senders, claim: ClaimedNotificat
         },
         Some((sender, kind)) => {
             let console = message::console_url(&inputs.live.current().settings);
-            let message = Message::new(&notification.id, &claim.alert, &notification.event, &console);
+            let message = Message::new(
+                &notification.id,
+                &claim.alert,
+                &notification.event,
+                &console,
+            );
             let previous = if notification.event == switchyard_store::alerts::FIRED {
                 None
             } else {
@@ -154,7 +173,9 @@ async fn deliver(inputs: &Inputs, senders: &mut Senders, claim: ClaimedNotificat
                 Ok(sender) => sender.send(&message, previous.as_deref()).await,
                 Err(error) => Err(error.clone()),
             };
-            inputs.status.record_notifier(name, kind, sent.as_ref().err().cloned());
+            inputs
+                .status
+                .record_notifier(name, kind, sent.as_ref().err().cloned());
             match sent {
                 Ok(external_ref) => {
                     tracing::info!(notifier = name, alert_id = %claim.alert.id, event = %notification.event, "alert notification delivered");

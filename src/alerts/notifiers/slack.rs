@@ -42,7 +42,11 @@ impl SlackSender {
 
     /// Posts the message, or updates `previous` (`channel ts`) on resolve; the message's
     /// `channel ts`.
-    pub async fn send(&self, message: &Message<'_>, previous: Option<&str>) -> Result<String, String> {
+    pub async fn send(
+        &self,
+        message: &Message<'_>,
+        previous: Option<&str>,
+    ) -> Result<String, String> {
         let session = self.client.open_session(&self.token);
         let content = SlackMessageContent::new().with_text(message.text());
         let earlier = previous.and_then(|p| p.split_once(' '));
@@ -53,7 +57,10 @@ impl SlackSender {
                     content,
                     SlackTs(ts.to_owned()),
                 );
-                let answer = session.chat_update(&request).await.map_err(|e| e.to_string())?;
+                let answer = session
+                    .chat_update(&request)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 (answer.channel, answer.ts)
             }
             _ => {

@@ -2,7 +2,9 @@
 //! by dispatch's own `HttpTransport` (the notification id is the `webhook-id`, stable across
 //! retries, so a receiver deduplicates on it).
 
-use switchyard_dispatch::{AttemptResult, HttpTarget, HttpTransport, Outbound, SigningKey, Transport};
+use switchyard_dispatch::{
+    AttemptResult, HttpTarget, HttpTransport, Outbound, SigningKey, Transport,
+};
 
 use super::message::Message;
 use crate::config::alerts::WebhookNotifierConfig;

@@ -95,21 +95,23 @@ async fn owe<C: ConnectionTrait>(
     if notifiers.is_empty() {
         return Ok(());
     }
-    let rows = notifiers.iter().map(|notifier| alert_notification::ActiveModel {
-        id: Set(Uuid::now_v7().to_string()),
-        alert_id: Set(alert_id.to_owned()),
-        episode: Set(episode),
-        event: Set(event.to_owned()),
-        notifier: Set(notifier.clone()),
-        status: Set(notifications::PENDING.to_owned()),
-        attempts: Set(0),
-        due_at: Set(now),
-        claim_token: Set(None),
-        last_error: Set(None),
-        external_ref: Set(None),
-        created_at: Set(now),
-        delivered_at: Set(None),
-    });
+    let rows = notifiers
+        .iter()
+        .map(|notifier| alert_notification::ActiveModel {
+            id: Set(Uuid::now_v7().to_string()),
+            alert_id: Set(alert_id.to_owned()),
+            episode: Set(episode),
+            event: Set(event.to_owned()),
+            notifier: Set(notifier.clone()),
+            status: Set(notifications::PENDING.to_owned()),
+            attempts: Set(0),
+            due_at: Set(now),
+            claim_token: Set(None),
+            last_error: Set(None),
+            external_ref: Set(None),
+            created_at: Set(now),
+            delivered_at: Set(None),
+        });
     alert_notification::Entity::insert_many(rows)
         .exec_without_returning(txn)
         .await

@@ -75,7 +75,10 @@ impl Store {
         for notification in due {
             let token = Uuid::new_v4().simple().to_string();
             alert_notification::Entity::update_many()
-                .col_expr(alert_notification::Column::ClaimToken, Some(token.clone()).into())
+                .col_expr(
+                    alert_notification::Column::ClaimToken,
+                    Some(token.clone()).into(),
+                )
                 .col_expr(
                     alert_notification::Column::DueAt,
                     now.saturating_add(claim_ms).into(),
@@ -116,7 +119,10 @@ impl Store {
         now: Millis,
     ) -> Result<bool, DbErr> {
         let update = alert_notification::Entity::update_many()
-            .col_expr(alert_notification::Column::ClaimToken, Option::<String>::None.into())
+            .col_expr(
+                alert_notification::Column::ClaimToken,
+                Option::<String>::None.into(),
+            )
             .filter(alert_notification::Column::Id.eq(id))
             .filter(alert_notification::Column::ClaimToken.eq(claim_token));
         let update = match outcome {
@@ -129,10 +135,16 @@ impl Store {
                 ),
             NotificationOutcome::Retry { due_at, error } => update
                 .col_expr(alert_notification::Column::DueAt, (*due_at).into())
-                .col_expr(alert_notification::Column::LastError, Some(error.clone()).into()),
+                .col_expr(
+                    alert_notification::Column::LastError,
+                    Some(error.clone()).into(),
+                ),
             NotificationOutcome::Dropped { error } => update
                 .col_expr(alert_notification::Column::Status, DROPPED.into())
-                .col_expr(alert_notification::Column::LastError, Some(error.clone()).into()),
+                .col_expr(
+                    alert_notification::Column::LastError,
+                    Some(error.clone()).into(),
+                ),
         };
         Ok(update.exec(self.db()).await?.rows_affected == 1)
     }
