@@ -88,7 +88,11 @@ impl Daemon {
         {
             tracing::warn!(%error, "cannot mark interrupted replays");
         }
-        let replays = crate::replay::Replayer::new(store.clone(), Some(intake.clone()));
+        let replays = crate::replay::Replayer::new(
+            store.clone(),
+            Some(intake.clone()),
+            crate::edge::REGISTERED,
+        );
         let alert_status = Arc::new(crate::alerts::AlertStatus::default());
         let alerts = Arc::new(crate::alerts::Alerts::start(crate::alerts::Inputs {
             store: store.clone(),
@@ -183,7 +187,7 @@ impl Daemon {
             .server
             .clone();
         let addr = listener.local_addr().context("listener has no address")?;
-        let app = http::router(self.state.clone(), &server);
+        let app = crate::app::router(self.state.clone(), &server);
         let limits = crate::server::Limits {
             header_read_timeout: server.header_read_timeout,
             max_connections: crate::server::fit_connection_cap(server.max_connections),

@@ -2,6 +2,7 @@
 //! wired together. `main.rs` is only the command line; everything it runs lives here.
 
 pub mod alerts;
+pub mod app;
 pub mod audit;
 pub mod authority;
 mod background;
@@ -23,6 +24,7 @@ pub mod replay;
 mod retention;
 mod server;
 pub mod shadow;
+pub mod source_status;
 /// The store, under the name the daemon's modules have used for it.
 pub use switchyard_store as store;
 pub mod telemetry;

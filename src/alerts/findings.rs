@@ -121,7 +121,9 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 }
                 let last = status.last_successful_poll.map(|t| t.timestamp_millis());
                 let stalled_for = now - last.unwrap_or(inputs.started);
-                let why = if status.consecutive_failures >= crate::edge::UNHEALTHY_AFTER_FAILURES {
+                let why = if status.consecutive_failures
+                    >= crate::source_status::UNHEALTHY_AFTER_FAILURES
+                {
                     Some("failing")
                 } else if stalled_for > bound {
                     Some(if status.connected {

@@ -21,9 +21,9 @@ use tokio::sync::watch;
 
 use crate::background::Background;
 use crate::dispatcher::TargetHealths;
-use crate::edge::SourceStatuses;
 use crate::intake::Intake;
 use crate::live::LiveConfig;
+use crate::source_status::SourceStatuses;
 
 /// What rules read: the store, the revision in force and this replica's health.
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@ use crate::intake::{Delivery, DeliveryBody, Raw};
 use crate::store::MAX_KEY_LEN;
 
 /// The source name of deliveries to this endpoint.
-pub use crate::edge::api::API_SOURCE;
+pub use crate::config::API_SOURCE;
 
 /// A canonical event as a sender posts it: `raw_ref` may be left out (it then points at the
 /// stored request body); a sender's own `raw_ref` is a reference outside Switchyard, never one
