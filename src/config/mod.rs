@@ -4,6 +4,7 @@
 pub mod alerts;
 mod flow;
 pub mod hours;
+pub mod notifiers;
 mod principals;
 mod retention;
 mod revision;
@@ -21,10 +22,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use switchyard_core::Workflow;
 
-pub use alerts::{
-    AlertConfig, AlertKind, AlertingConfig, NotifierConfig, ResolvedNotifier, SmtpTls,
-};
+pub use alerts::{AlertConfig, AlertKind, AlertingConfig};
 pub use flow::{Ceiling, FlowConfig, RatesConfig, coalesce_refusal};
+pub use notifiers::{NotifierConfig, ResolvedNotifier, SmtpTls};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
 pub use revision::revision_content;
@@ -456,7 +456,6 @@ impl Config {
         problems.extend(self.rates.problems(&self.sources, &self.workflows));
         let mut source_names: HashSet<&str> = self.sources.iter().map(SourceConfig::name).collect();
         source_names.insert(API_SOURCE);
-        let mut target_names = target_names;
         target_names.insert(BUILTIN_PULL);
         problems.extend(alerts::problems(
             &self.notifiers,

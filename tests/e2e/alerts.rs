@@ -329,7 +329,7 @@ async fn a_quiet_source_fires_one_alert_notifies_slack_and_a_signed_webhook_and_
 }
 
 #[tokio::test]
-async fn an_alert_can_be_acknowledged_and_silenced_by_an_admin_only() {
+async fn an_alert_can_be_acknowledged_and_silenced_through_the_api_and_the_console() {
     let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
     let (_peers, hook, slack) = peers().await;
     let secret = secret();
@@ -361,6 +361,48 @@ async fn an_alert_can_be_acknowledged_and_silenced_by_an_admin_only() {
         .post("/v1/alerts/no-such-alert/ack", &json!({}))
         .await;
     assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
+
+    // The console's Alerts page shows it, its numbers and the notifiers, and silences it.
+    let console = super::console::Console::login(&daemon, super::harness::TOKEN).await;
+    let html = console.page("/ui/alerts").await;
+    for expected in [
+        "api-quiet",
+        "source_quiet",
+        "quiet_secs",
+        "ops-webhook",
+        "ops-slack",
+        "acknowledged",
+    ] {
+        assert!(
+            html.contains(expected),
+            "{expected} missing from the page: {html}"
+        );
+    }
+    let csrf = super::console::csrf_of(&html);
+    let (status, _) = console
+        .post(
+            &format!("/ui/alerts/{id}/silence"),
+            &[("csrf", "wrong"), ("for", "1h")],
+        )
+        .await;
+    assert!(
+        status.is_client_error(),
+        "a wrong CSRF token is refused: {status}"
+    );
+    let (status, location) = console
+        .post(
+            &format!("/ui/alerts/{id}/silence"),
+            &[("csrf", csrf.as_str()), ("for", "1h")],
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::SEE_OTHER, "{location}");
+    let (status, _) = console
+        .post(
+            &format!("/ui/alerts/{id}/silence"),
+            &[("csrf", csrf.as_str()), ("for", "forever")],
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST);
     daemon.stop();
 }
 
@@ -386,10 +428,11 @@ async fn two_replicas_on_postgres_raise_one_alert_and_send_one_notification() {
     // Both replicas keep evaluating; nothing more is raised or sent.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(alerts(&second).await.len(), 1);
-    let seen = peers.seen.lock().expect("seen");
-    assert_eq!(seen.webhooks.len(), 1, "{:?}", seen.webhooks);
-    assert_eq!(seen.slack.len(), 1, "{:?}", seen.slack);
-    drop(seen);
+    {
+        let seen = peers.seen.lock().expect("seen");
+        assert_eq!(seen.webhooks.len(), 1, "{:?}", seen.webhooks);
+        assert_eq!(seen.slack.len(), 1, "{:?}", seen.slack);
+    }
     first.stop();
     second.stop();
     db.drop_database().await;
@@ -468,5 +511,132 @@ source = "acme-slack"
             .is_some_and(|s| s.contains("Slack")),
         "{alert}"
     );
+    daemon.stop();
+}
+
+/// The SMTP and IMAP test servers (`.ci/smtp.sh`, `.ci/dovecot.sh`) and the test CA's PEM, or
+/// `None` (after saying so) outside CI without them.
+fn mail_servers() -> Option<(String, String, String)> {
+    let found = (
+        std::env::var("SWITCHYARD_TEST_SMTP"),
+        std::env::var("SWITCHYARD_TEST_IMAP"),
+        std::env::var("SWITCHYARD_TEST_IMAP_CA"),
+    );
+    match found {
+        (Ok(smtp), Ok(imap), Ok(ca)) => Some((
+            smtp,
+            imap,
+            std::fs::read_to_string(ca).expect("read the test CA"),
+        )),
+        _ => {
+            assert!(
+                !super::harness::in_ci(),
+                "CI=true but the SMTP or IMAP test server is not set: .ci/run starts them"
+            );
+            super::harness::skipped(
+                "SKIPPED: the alert email test needs Postfix and Dovecot; run `bash .ci/dovecot.sh start`, \
+                 `bash .ci/smtp.sh start` and set SWITCHYARD_TEST_SMTP, SWITCHYARD_TEST_IMAP, SWITCHYARD_TEST_IMAP_CA",
+            );
+            None
+        }
+    }
+}
+
+/// The bodies of the messages in other@example.com's INBOX whose subject holds `needle`.
+async fn mail_with(imap: &str, needle: &str) -> Vec<String> {
+    use futures::TryStreamExt;
+    let tcp = tokio::net::TcpStream::connect(imap)
+        .await
+        .expect("connect to Dovecot");
+    let mut client = async_imap::Client::new(tcp);
+    client
+        .read_response()
+        .await
+        .expect("greeting")
+        .expect("greeting");
+    let mut session = client
+        .login("other@example.com", "secret")
+        .await
+        .map_err(|e| e.0)
+        .expect("login");
+    session.select("INBOX").await.expect("select");
+    let found = session
+        .uid_search(format!("SUBJECT \"{needle}\""))
+        .await
+        .expect("search");
+    let mut bodies = Vec::new();
+    for uid in found {
+        let fetched: Vec<_> = session
+            .uid_fetch(uid.to_string(), "BODY.PEEK[]")
+            .await
+            .expect("fetch")
+            .try_collect()
+            .await
+            .expect("fetched");
+        for message in fetched {
+            if let Some(body) = message.body() {
+                bodies.push(String::from_utf8_lossy(body).into_owned());
+            }
+        }
+    }
+    let _ = session.logout().await;
+    bodies
+}
+
+#[tokio::test]
+async fn a_quiet_source_is_mailed_over_smtp_with_starttls_and_read_back_over_imap() {
+    let Some((smtp, imap, ca)) = mail_servers() else {
+        return;
+    };
+    let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
+    let (host, port) = smtp.split_once(':').expect("host:port");
+    let rule = unique("mail-quiet");
+    let text = format!(
+        r#"
+[alerting]
+evaluate_every = "200ms"
+builtin = false
+
+[[notifier]]
+name = "ops-email"
+kind = "email"
+smtp_host = "{host}"
+smtp_port = {port}
+tls = "starttls"
+from = "Switchyard <alerts@example.com>"
+to = ["other@example.com"]
+ca_cert_env = "ALERT_SMTP_CA"
+
+[[alert]]
+name = "{rule}"
+kind = "source_quiet"
+source = "api"
+expect_within = "1s"
+"#
+    );
+    let daemon = Daemon::start(&db, &config(&db, &text), &[("ALERT_SMTP_CA", ca.as_str())]).await;
+    let listed = firing_alerts(&daemon).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let started = Instant::now();
+    let mails = loop {
+        let mails = mail_with(&imap, &rule).await;
+        if !mails.is_empty() {
+            break mails;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no mail arrived; readyz: {}",
+            daemon.get("/readyz").await
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(mails.len(), 1, "one mail per firing: {mails:?}");
+    let mail = &mails[0];
+    assert!(mail.contains(&format!("[FIRING] {rule}")), "{mail}");
+    assert!(mail.contains("source_quiet"), "{mail}");
+    assert!(mail.contains("/ui/alerts#"), "the console link: {mail}");
+    // The notifier requires STARTTLS: an unencrypted session would have failed, not delivered.
+    let ready = daemon.get("/readyz").await;
+    assert_eq!(ready["notifiers"]["ops-email"]["ok"], true, "{ready}");
     daemon.stop();
 }

@@ -13,7 +13,7 @@ use lettre::{AsyncSmtpTransport, AsyncTransport, Message as Mail, Tokio1Executor
 
 use super::message::Message;
 use crate::config::SmtpTls;
-use crate::config::alerts::EmailNotifierConfig;
+use crate::config::notifiers::EmailNotifierConfig;
 
 /// The longest one SMTP conversation may take.
 const TIMEOUT: Duration = Duration::from_secs(30);

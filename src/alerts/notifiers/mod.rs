@@ -47,7 +47,7 @@ pub fn backoff(attempts: i32) -> Duration {
 
 /// One configured notifier, ready to send.
 enum Sender {
-    Webhook(webhook::WebhookSender),
+    Webhook(Box<webhook::WebhookSender>),
     Slack(slack::SlackSender),
     Email(email::EmailSender),
 }
@@ -56,7 +56,7 @@ impl Sender {
     fn build(notifier: &ResolvedNotifier) -> Result<Self, String> {
         Ok(match notifier {
             ResolvedNotifier::Webhook { config, secret } => {
-                Sender::Webhook(webhook::WebhookSender::new(config, secret)?)
+                Sender::Webhook(Box::new(webhook::WebhookSender::new(config, secret)?))
             }
             ResolvedNotifier::Slack { config, token } => {
                 Sender::Slack(slack::SlackSender::new(config, token)?)

@@ -8,7 +8,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use slack_morphism::prelude::*;
 
 use super::message::Message;
-use crate::config::alerts::SlackNotifierConfig;
+use crate::config::notifiers::SlackNotifierConfig;
 
 type Connector = SlackClientHyperConnector<HttpsConnector<HttpConnector>>;
 

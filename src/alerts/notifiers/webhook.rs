@@ -7,7 +7,7 @@ use switchyard_dispatch::{
 };
 
 use super::message::Message;
-use crate::config::alerts::WebhookNotifierConfig;
+use crate::config::notifiers::WebhookNotifierConfig;
 
 pub struct WebhookSender(HttpTransport);
 
