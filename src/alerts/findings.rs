@@ -43,11 +43,12 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
             format!("{scope},{replica}")
         }
     };
-    let push_targets = || {
+    // Pull targets have no delivery health, but their runs can wait for a worker (lag).
+    let targets_of = |push_only: bool| {
         settings
             .targets
             .iter()
-            .filter(|t| !matches!(t, ResolvedTarget::Pull(_)))
+            .filter(|t| !push_only || !matches!(t, ResolvedTarget::Pull(_)))
             .map(|t| t.name().to_owned())
             .filter(|name| config.target.as_ref().is_none_or(|only| only == name))
             .collect::<Vec<_>>()
@@ -209,7 +210,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
         }
         AlertKind::TargetFailing | AlertKind::DeadLetters => {
             let healths = inputs.targets.snapshot();
-            for target in push_targets() {
+            for target in targets_of(true) {
                 let Some(health) = healths.get(&target) else {
                     continue;
                 };
@@ -262,7 +263,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
         }
         AlertKind::DispatchLag => {
             let bound = config.max_age.unwrap_or(rules::DISPATCH_LAG).as_millis() as i64;
-            for target in push_targets() {
+            for target in targets_of(false) {
                 let Some(due) = inputs.store.oldest_due_dispatch(&target, now).await? else {
                     continue;
                 };

@@ -640,3 +640,118 @@ expect_within = "1s"
     assert_eq!(ready["notifiers"]["ops-email"]["ok"], true, "{ready}");
     daemon.stop();
 }
+
+#[tokio::test]
+async fn a_lagging_dispatch_a_failing_target_and_a_refused_reload_each_fire_and_resolve() {
+    let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
+    // A port nothing listens on: every push fails.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_url = format!("http://{}/runs", closed.local_addr().expect("addr"));
+    drop(closed);
+    let rules = format!(
+        r#"
+[alerting]
+evaluate_every = "200ms"
+builtin = false
+
+[[target]]
+kind = "http"
+name = "crm"
+url = "{dead_url}"
+insecure_skip_signature = true
+retry = ["1h"]
+
+[[workflow]]
+id = "waiting"
+tenant = "acme"
+status = "live"
+run_as = "acme-agent"
+triggers = [ {{ channel = "web_form", event_type = "ticket.created", priority = 10 }} ]
+
+[[workflow]]
+id = "pushed"
+tenant = "acme"
+status = "live"
+run_as = "acme-agent"
+target = "crm"
+triggers = [ {{ channel = "webhook", event_type = "ticket.created", priority = 10 }} ]
+
+[[alert]]
+name = "lag"
+kind = "dispatch_lag"
+target = "pull"
+max_age = "1s"
+
+[[alert]]
+name = "crm-failing"
+kind = "target_failing"
+target = "crm"
+threshold = 1
+
+[[alert]]
+name = "reloads"
+kind = "reload_refused"
+"#
+    );
+    let text = config(&db, &rules);
+    let daemon = Daemon::start(&db, &text, &[]).await;
+    let (status, _) = daemon
+        .post_event(
+            &unique("lag"),
+            &event("web_form", "ticket.created", "acme", "t-lag"),
+        )
+        .await;
+    assert!(status.is_success());
+    let (status, _) = daemon
+        .post_event(
+            &unique("push"),
+            &event("webhook", "ticket.created", "acme", "t-push"),
+        )
+        .await;
+    assert!(status.is_success());
+    // A config that cannot be read is refused on SIGHUP; the old one stays in force.
+    daemon.reload("this is not toml [");
+    let started = Instant::now();
+    let rules_firing = loop {
+        let mut rules: Vec<String> = alerts(&daemon)
+            .await
+            .iter()
+            .filter(|a| a["state"] == "firing")
+            .filter_map(|a| a["rule"].as_str().map(str::to_owned))
+            .collect();
+        rules.sort();
+        if rules.len() == 3 || started.elapsed() > Duration::from_secs(20) {
+            break rules;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(rules_firing, ["crm-failing", "lag", "reloads"]);
+    // A worker claims the waiting run and a good config is reloaded: both resolve.
+    let claimed = daemon.claim(&["waiting"], 1).await;
+    assert_eq!(claimed.len(), 1);
+    daemon.reload(&text);
+    let started = Instant::now();
+    loop {
+        let listed = alerts(&daemon).await;
+        let resolved = |rule: &str| {
+            listed
+                .iter()
+                .any(|a| a["rule"] == rule && a["state"] == "resolved")
+        };
+        if resolved("lag") && resolved("reloads") {
+            assert!(
+                listed
+                    .iter()
+                    .any(|a| a["rule"] == "crm-failing" && a["state"] == "firing"),
+                "{listed:?}"
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "not resolved: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    daemon.stop();
+}
