@@ -6,6 +6,7 @@ mod e2e {
 
     mod access;
     mod alerts;
+    mod api_contract;
     mod authority;
     mod bounded_runs;
     mod browser;

@@ -122,9 +122,13 @@ async fn silence(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::Admin)?;
+    if !super::error::declares_json(&headers) {
+        return Err(ApiError::unsupported_media_type());
+    }
     let body: SilenceBody = serde_json::from_slice(&body).map_err(|error| {
         ApiError::BadRequest(format!("the body must be {{\"for\": \"2h\"}}: {error}"))
     })?;
