@@ -1,11 +1,14 @@
-//! The CLI's commands: `serve`, `migrate`, `check`, `route`, `replay`.
+//! The CLI's commands: `serve`, `migrate`, `check`, `route` (of an event or of a source's raw
+//! body), `replay`.
 
 pub(crate) mod check;
 mod replay;
 mod route;
+mod route_raw;
 mod serve;
 
 pub use check::check;
 pub use replay::{ReplayArgs, parse_when, replay, what_if};
 pub use route::route;
+pub use route_raw::{RawArgs, route_raw};
 pub use serve::{migrate, serve};

@@ -4,6 +4,7 @@
 pub mod alerts;
 mod flow;
 pub mod hours;
+mod lines;
 pub mod notifiers;
 mod principals;
 mod retention;
@@ -484,7 +485,11 @@ impl Config {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(ConfigError::Invalid(problems.join("\n")))
+            let located: Vec<String> = problems
+                .into_iter()
+                .map(|problem| lines::locate(problem, text))
+                .collect();
+            Err(ConfigError::Invalid(located.join("\n")))
         }
     }
 }

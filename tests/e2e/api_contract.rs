@@ -122,3 +122,36 @@ async fn every_refusal_is_one_json_shape_and_json_endpoints_take_only_json() {
     daemon.stop();
     db.drop_database().await;
 }
+
+#[tokio::test]
+async fn a_refused_event_says_why_in_the_answer() {
+    let Some(db) = TestDb::create(super::harness::Backend::Sqlite).await else {
+        return;
+    };
+    let daemon = Daemon::start(&db, &config(&db, WORKED_EXAMPLE), &[]).await;
+    let ticket = event("webhook", "ticket.created", "acme", "TCK-WHY");
+    let (_, routed) = daemon.post_event("why-1", &ticket).await;
+    assert_eq!(routed["outcome"], "routed", "{routed}");
+    // Held: by which run, and until when.
+    let (_, locked) = daemon.post_event("why-2", &ticket).await;
+    assert_eq!(locked["outcome"], "entity_locked", "{locked}");
+    let detail = locked["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains(routed["run_id"].as_str().expect("run id")) && detail.contains("until 20"),
+        "{locked}"
+    );
+    // Nothing triggers: on what, for whom.
+    let (_, unmatched) = daemon
+        .post_event(
+            "why-3",
+            &event("webhook", "ticket.archived", "acme", "TCK-WHY-2"),
+        )
+        .await;
+    assert_eq!(unmatched["outcome"], "no_trigger_match", "{unmatched}");
+    assert_eq!(
+        unmatched["detail"],
+        "no live workflow of tenant `acme` triggers on (webhook, ticket.archived)"
+    );
+    daemon.stop();
+    db.drop_database().await;
+}
