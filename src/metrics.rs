@@ -328,7 +328,6 @@ impl Metrics {
     pub fn zero_deliveries(&self, source_kinds: impl IntoIterator<Item = &'static str>) {
         for source_kind in source_kinds {
             for outcome in switchyard_core::Outcome::ALL {
-                // Creating the series is the point; the guard it returns is dropped at once.
                 let _ = self.deliveries.get_or_create(&DeliveryLabels {
                     source_kind,
                     outcome: outcome.as_str(),
