@@ -26,6 +26,7 @@ pub struct Daemon {
     dispatcher: Arc<Dispatcher>,
     retention: Arc<Retention>,
     wait_timers: Arc<crate::waits::timers::WaitTimers>,
+    alerts: Arc<crate::alerts::Alerts>,
 }
 
 impl Daemon {
@@ -100,6 +101,17 @@ impl Daemon {
             Some(intake.clone()),
             crate::edge::REGISTERED,
         );
+        let alert_status = Arc::new(crate::alerts::AlertStatus::default());
+        let alerts = Arc::new(crate::alerts::Alerts::start(crate::alerts::Inputs {
+            store: store.clone(),
+            live: live.clone(),
+            intake: intake.clone(),
+            sources: sources.clone(),
+            targets: targets.clone(),
+            status: alert_status.clone(),
+            replica_id: live.current().settings.loaded.replica_id(),
+            started: switchyard_store::now_millis(),
+        }));
         let state = AppState {
             replays,
             store: store.clone(),
@@ -111,6 +123,7 @@ impl Daemon {
             targets,
             console: Arc::default(),
             pending: Arc::default(),
+            alerts: alert_status,
         };
         let approvals = Arc::new(Approvals::start(store.clone(), state.live.clone()));
         let socket_mode = SocketMode::new(state.clone());
@@ -125,6 +138,7 @@ impl Daemon {
             dispatcher,
             retention,
             wait_timers,
+            alerts,
         })
     }
 
@@ -167,6 +181,7 @@ impl Daemon {
         log_revision(&live);
         let sources = live.settings.sources.clone();
         self.state.live.replace(live);
+        self.state.alerts.set_reload_refused(None);
         self.pollers.apply(&sources).await;
         self.socket_mode.apply(&sources).await;
         Ok(())
@@ -234,6 +249,7 @@ impl Daemon {
         self.dispatcher.shutdown().await;
         self.retention.shutdown().await;
         self.wait_timers.shutdown().await;
+        self.alerts.shutdown().await;
         tracing::info!("stopped");
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! The Switchyard daemon: config, the intake pipeline, the HTTP server and the mailbox pollers,
 //! wired together. `main.rs` is only the command line; everything it runs lives here.
 
+pub mod alerts;
 pub mod app;
 pub mod audit;
 pub mod authority;

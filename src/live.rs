@@ -123,6 +123,18 @@ impl Live {
     pub fn source(&self, kind: &'static str, name: &str) -> Option<&ResolvedSource> {
         self.sources.get(&(kind, name.to_owned()))
     }
+
+    /// The tenants of the source named `name` (of any kind); empty when there is none.
+    pub fn source_tenants(&self, name: &str) -> Vec<String> {
+        self.settings
+            .loaded
+            .config
+            .sources
+            .iter()
+            .filter(|source| source.name() == name)
+            .flat_map(|source| source.tenants().into_iter().map(str::to_owned))
+            .collect()
+    }
 }
 
 /// A shared handle on the revision in force.

@@ -134,6 +134,8 @@ pub struct Metrics {
     pub socket_last_envelope: Family<SourceLabel, Gauge>,
     pub socket_envelopes: Family<SourceLabel, Counter>,
     pub socket_reconnects: Family<SourceLabel, Counter>,
+    /// Alerts firing in the shared database, as this replica last evaluated them.
+    pub alerts_firing: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -311,6 +313,12 @@ impl Metrics {
             "1 for the config revision in force",
             config_revision.clone(),
         );
+        let alerts_firing = Gauge::default();
+        registry.register(
+            "alerts_firing",
+            "Alerts firing (one per rule and scope, across replicas)",
+            alerts_firing.clone(),
+        );
         // A gauge that is always 1, not an OpenMetrics `info`: the classic text format (and
         // promtool) has no info type.
         let build = Family::<BuildLabels, Gauge>::default();
@@ -349,6 +357,7 @@ impl Metrics {
             socket_last_envelope,
             socket_envelopes,
             socket_reconnects,
+            alerts_firing,
         }
     }
 

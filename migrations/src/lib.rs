@@ -15,6 +15,7 @@ mod m0009_waits;
 mod m0010_replays;
 mod m0011_light_run_indexes;
 mod m0012_delivery_scope;
+mod m0014_alerts;
 mod m0015_mailbox_oauth;
 mod m0016_slack;
 
@@ -39,6 +40,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0010_replays::Migration),
             Box::new(m0011_light_run_indexes::Migration),
             Box::new(m0012_delivery_scope::Migration),
+            Box::new(m0014_alerts::Migration),
             Box::new(m0015_mailbox_oauth::Migration),
             Box::new(m0016_slack::Migration),
         ]

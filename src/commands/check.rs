@@ -155,6 +155,13 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
                 .push(format!("{error}: `serve` would refuse to start"));
         }
     }
+    for notifier in &config.notifiers {
+        if let Err(error) = notifier.resolve(env) {
+            report
+                .errors
+                .push(format!("{error}: `serve` would refuse to start"));
+        }
+    }
     match env(&config.server.api_token_env) {
         None => report.errors.push(format!(
             "server.api_token_env names `{}`, which is not set: `serve` would refuse to start",

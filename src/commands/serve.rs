@@ -73,6 +73,10 @@ async fn reload_on_sighup(
         match result {
             Ok(()) => notify::ready(&serving_status(&daemon, &addr, " (reloaded)")),
             Err(error) => {
+                daemon
+                    .state()
+                    .alerts
+                    .set_reload_refused(Some(format!("{error:#}")));
                 tracing::error!(
                     error = format!("{error:#}"),
                     revision = daemon.state().live.current().revision(),

@@ -1,8 +1,11 @@
 //! The admin's config file (`switchyard.toml`): its shape, validation, and the resolution of
 //! secrets named by environment variable into the [`Settings`] the daemon runs on.
 
+pub mod alerts;
 mod flow;
+pub mod hours;
 mod lines;
+pub mod notifiers;
 mod principals;
 mod retention;
 mod revision;
@@ -20,12 +23,15 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use switchyard_core::Workflow;
 
+pub use alerts::{AlertConfig, AlertKind, AlertingConfig};
 pub use flow::{Ceiling, FlowConfig, RatesConfig, coalesce_refusal};
+pub use notifiers::{NotifierConfig, ResolvedNotifier, SmtpTls};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
 pub use revision::revision_content;
 pub use sources::{
-    API_SOURCE, ResolvedSource, SourceConfig, SourceSettings, check_approval_notify,
+    API_SOURCE, ResolvedSource, SenderPolicy, SourceConfig, SourceSettings,
+    check_approval_notify,
 };
 pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
@@ -69,6 +75,15 @@ pub struct Config {
     /// The authorities workflows run as (`run_as`).
     #[serde(default, rename = "principal")]
     pub principals: Vec<PrincipalConfig>,
+    /// Where alerts are sent (`kind = "webhook" | "slack" | "email"`).
+    #[serde(default, rename = "notifier")]
+    pub notifiers: Vec<NotifierConfig>,
+    /// Alert rules (`kind = "source_quiet" | "dispatch_lag" | ...`).
+    #[serde(default, rename = "alert")]
+    pub alerts: Vec<AlertConfig>,
+    /// How rules are evaluated, and the built-in ones.
+    #[serde(default)]
+    pub alerting: AlertingConfig,
 }
 
 /// `[server]`.
@@ -443,6 +458,16 @@ impl Config {
             );
         }
         problems.extend(self.rates.problems(&self.sources, &self.workflows));
+        let mut source_names: HashSet<&str> = self.sources.iter().map(SourceConfig::name).collect();
+        source_names.insert(API_SOURCE);
+        target_names.insert(BUILTIN_PULL);
+        problems.extend(alerts::problems(
+            &self.notifiers,
+            &self.alerts,
+            &self.alerting,
+            &source_names,
+            &target_names,
+        ));
         problems.extend(self.retention.problems());
         problems.extend(tokens::problems(&self.tokens));
         problems.extend(principals::problems(
@@ -519,6 +544,8 @@ pub struct Settings {
     pub sources: Vec<ResolvedSource>,
     /// Every target in force ([`LoadedConfig::targets`]) with its secrets.
     pub targets: Vec<ResolvedTarget>,
+    /// The `[[notifier]]` entries with their secrets.
+    pub notifiers: Vec<ResolvedNotifier>,
 }
 
 impl Settings {
@@ -546,12 +573,20 @@ impl Settings {
             .map(|target| target.resolve(env))
             .collect::<Result<Vec<_>, _>>()
             .map_err(ConfigError::Invalid)?;
+        let notifiers = loaded
+            .config
+            .notifiers
+            .iter()
+            .map(|notifier| notifier.resolve(env))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ConfigError::Invalid)?;
         Ok(Self {
             loaded,
             api_token,
             tokens,
             sources,
             targets,
+            notifiers,
         })
     }
 }

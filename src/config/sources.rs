@@ -79,6 +79,17 @@ impl SourceConfig {
     }
 }
 
+/// When a sender switches an integration off: more than `disable_ratio` of its deliveries in
+/// `window` failed (any non-2xx answer) or were answered later than `ack_within`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SenderPolicy {
+    /// The sender, for messages (`Slack`).
+    pub sender: &'static str,
+    pub window: Duration,
+    pub disable_ratio: f64,
+    pub ack_within: Duration,
+}
+
 /// What the daemon's config, and `switchyard check`, know of one source's settings, whatever
 /// its channel. Implemented once per channel, on its adapter's config struct, in the channel's
 /// registration (`src/edge/<kind>.rs`).
@@ -111,6 +122,12 @@ pub trait SourceSettings: Sync {
     /// How long its sender keeps redelivering a delivery it saw fail, and what to tell the
     /// admin about it; `None`: its sender does not redeliver.
     fn retry_window(&self) -> Option<(Duration, &'static str)> {
+        None
+    }
+
+    /// When its sender switches the integration off for our failed or slow answers
+    /// (`provider_disable_risk` warns well before); `None`: its sender never does.
+    fn sender_disables(&self) -> Option<SenderPolicy> {
         None
     }
 

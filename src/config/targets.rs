@@ -303,7 +303,7 @@ impl HttpTargetConfig {
 }
 
 /// `(is_https, host)` of an http(s) URL.
-fn url_host(url: &str) -> Option<(bool, String)> {
+pub(super) fn url_host(url: &str) -> Option<(bool, String)> {
     let (https, rest) = if let Some(rest) = url.strip_prefix("https://") {
         (true, rest)
     } else {
@@ -319,7 +319,7 @@ fn url_host(url: &str) -> Option<(bool, String)> {
     (!host.is_empty()).then_some((https, host))
 }
 
-fn is_loopback(host: &str) -> bool {
+pub(super) fn is_loopback(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost")
         || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }

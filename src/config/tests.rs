@@ -23,7 +23,10 @@ fn parse_alone(text: &str) -> Result<LoadedConfig, ConfigError> {
 }
 
 fn env(name: &str) -> Option<String> {
-    if name == "TRIAGE_WORKER_SECRET" || name == "BILLING_EVENTS_SECRET" {
+    if name == "TRIAGE_WORKER_SECRET"
+        || name == "BILLING_EVENTS_SECRET"
+        || name == "ALERT_WEBHOOK_SECRET"
+    {
         return Some("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".into());
     }
     [
@@ -654,4 +657,64 @@ fn client_share_is_a_share_with_floors() {
     };
     assert_eq!(whole.max_connections_per_client(), 16);
     assert_eq!(whole.unverified_body_per_client(), 3000);
+}
+
+#[test]
+fn alert_rules_and_notifiers_are_checked_and_name_what_is_wrong() {
+    let ok = r#"
+[[notifier]]
+name = "ops-slack"
+kind = "slack"
+bot_token_env = "SLACK_BOT_TOKEN"
+channel = "C0OPS"
+
+[[alert]]
+name = "api-quiet"
+kind = "source_quiet"
+source = "api"
+expect_within = "2h"
+notify = ["ops-slack"]
+"#;
+    let loaded = parse(ok).expect("valid");
+    assert_eq!(loaded.config.alerts[0].kind, AlertKind::SourceQuiet);
+    // The Slack token is looked up like every secret: missing, it fails closed.
+    let error = Settings::resolve(loaded, &env).expect_err("no token");
+    assert!(error.to_string().contains("SLACK_BOT_TOKEN"), "{error}");
+    for (text, expected) in [
+        (
+            "[[alert]]\nname = \"q\"\nkind = \"source_quiet\"\nsource = \"api\"\n",
+            "needs `expect_within`",
+        ),
+        (
+            "[[alert]]\nname = \"q\"\nkind = \"source_quiet\"\nsource = \"nowhere\"\nexpect_within = \"1h\"\n",
+            "source `nowhere` is not defined",
+        ),
+        (
+            "[[alert]]\nname = \"q\"\nkind = \"dispatch_lag\"\nexpect_within = \"1h\"\n",
+            "`expect_within` does not apply to kind `dispatch_lag`",
+        ),
+        (
+            "[[alert]]\nname = \"q\"\nkind = \"dispatch_lag\"\nnotify = [\"pager\"]\n",
+            "notifies `pager`, which is not defined",
+        ),
+        (
+            "[[alert]]\nname = \"builtin:x\"\nkind = \"reload_refused\"\n",
+            "not start with `builtin:`",
+        ),
+        (
+            "[[notifier]]\nname = \"w\"\nkind = \"webhook\"\nurl = \"http://ops.example.com/a\"\nsigning_secret_env = \"S\"\n",
+            "plain http outside loopback",
+        ),
+        (
+            "[[notifier]]\nname = \"m\"\nkind = \"email\"\nsmtp_host = \"mail.example.com\"\ntls = \"none\"\nfrom = \"a@example.com\"\nto = [\"b@example.com\"]\n",
+            "only for a loopback relay",
+        ),
+        (
+            "[[alert]]\nname = \"q\"\nkind = \"source_quiet\"\nsource = \"api\"\nexpect_within = \"1h\"\nbusiness_hours = { time_zone = \"Mars/Base\" }\n",
+            "not an IANA time zone",
+        ),
+    ] {
+        let error = parse(text).expect_err(text).to_string();
+        assert!(error.contains(expected), "{text}: {error}");
+    }
 }

@@ -8,6 +8,7 @@
 //!
 //! [`Principal`]: crate::http::auth::Principal
 
+mod alerts;
 mod deliveries;
 mod locks;
 mod replays;
@@ -147,6 +148,7 @@ pub fn router() -> Router<AppState> {
         .merge(workflows::router())
         .merge(sources::router())
         .merge(replays::router())
+        .merge(alerts::router())
         .layer(axum::middleware::map_response(harden))
 }
 

@@ -18,16 +18,36 @@ pub struct TargetHealth {
     pub consecutive_failures: u32,
     /// Set when the target answered 410 Gone.
     pub gone: bool,
+    /// When its recent dead letters happened (at most [`DEAD_LETTERS_KEPT`], oldest first),
+    /// for the `dead_letters` alert.
+    #[serde(skip)]
+    pub dead_letters: std::collections::VecDeque<i64>,
 }
+
+/// Dead-letter times kept per target.
+pub const DEAD_LETTERS_KEPT: usize = 1000;
 
 /// Latest health per target.
 #[derive(Debug, Default)]
 pub struct TargetHealths(Mutex<BTreeMap<String, TargetHealth>>);
 
 impl TargetHealths {
-    pub(super) fn record(&self, target: &str, delivered: bool, gone: bool, error: Option<String>) {
+    pub(super) fn record(
+        &self,
+        target: &str,
+        delivered: bool,
+        gone: bool,
+        dead_lettered: bool,
+        error: Option<String>,
+    ) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let health = map.entry(target.to_owned()).or_default();
+        if dead_lettered {
+            if health.dead_letters.len() == DEAD_LETTERS_KEPT {
+                health.dead_letters.pop_front();
+            }
+            health.dead_letters.push_back(now_millis());
+        }
         let now = millis_rfc3339(now_millis());
         if delivered {
             health.last_success = Some(now);

@@ -80,7 +80,8 @@ fn count(batch: &[Recorded], healths: &TargetHealths) {
             .error
             .clone()
             .or_else(|| recorded.status_code.map(|code| format!("HTTP {code}")));
-        healths.record(target, delivered, gone, error);
+        let dead_lettered = matches!(recorded.verdict, Verdict::DeadLetter { .. });
+        healths.record(target, delivered, gone, dead_lettered, error);
     }
 }
 

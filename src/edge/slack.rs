@@ -126,6 +126,17 @@ impl SourceSettings for SlackSourceConfig {
         ))
     }
 
+    fn sender_disables(&self) -> Option<crate::config::SenderPolicy> {
+        // Slack may disable the app's event subscriptions past 5% failed or slow deliveries
+        // in an hour; an answer counts as slow after 3 s.
+        Some(crate::config::SenderPolicy {
+            sender: "Slack",
+            window: Duration::from_secs(60 * 60),
+            disable_ratio: 0.05,
+            ack_within: Duration::from_secs(3),
+        })
+    }
+
     fn produces(&self, tenant: &str, channel: EventChannel, event_type: &str) -> bool {
         channel == EventChannel::Slack
             && SlackSourceConfig::tenants(self).any(|t| t == tenant)

@@ -111,6 +111,17 @@ impl SourceSettings for WebhookSourceConfig {
         ))
     }
 
+    fn sender_disables(&self) -> Option<crate::config::SenderPolicy> {
+        // Zendesk's webhook circuit breaker opens at a 70% error rate over 5 minutes; it
+        // waits about 10 s for an answer.
+        Some(crate::config::SenderPolicy {
+            sender: "Zendesk",
+            window: Duration::from_secs(5 * 60),
+            disable_ratio: 0.70,
+            ack_within: Duration::from_secs(10),
+        })
+    }
+
     fn produces(&self, tenant: &str, channel: EventChannel, event_type: &str) -> bool {
         channel == EventChannel::Webhook
             && self.tenant == tenant

@@ -114,6 +114,8 @@ async fn readyz(
             "socket_mode": state.sockets.snapshot(),
             "unready_socket_sources": sockets_down,
             "degraded_workflows": degraded_workflows(&state),
+            "notifiers": notifiers(&state),
+            "failing_notifiers": state.alerts.notifiers().into_iter().filter(|(_, h)| h.failing()).map(|(name, _)| name).collect::<Vec<_>>(),
         })),
     ))
 }
@@ -135,6 +137,29 @@ fn degraded_workflows(state: &AppState) -> Value {
             json!({"workflow_id": workflow, "outcome": "authority_unavailable", "detail": detail})
         })
         .collect()
+}
+
+/// Each configured notifier with its delivery health (a notifier that cannot deliver is shown,
+/// not made a readiness failure: intake is fine, and the alert is kept and retried).
+fn notifiers(state: &AppState) -> Value {
+    let healths = state.alerts.notifiers();
+    let live = state.live.current();
+    let mut notifiers = serde_json::Map::new();
+    for notifier in &live.settings.notifiers {
+        let health = healths.get(notifier.name()).cloned().unwrap_or_default();
+        notifiers.insert(
+            notifier.name().to_owned(),
+            json!({
+                "kind": notifier.kind(),
+                "ok": !health.failing(),
+                "last_success": health.last_success,
+                "last_failure": health.last_failure,
+                "last_error": health.last_error,
+                "consecutive_failures": health.consecutive_failures,
+            }),
+        );
+    }
+    Value::Object(notifiers)
 }
 
 /// Each target in force with its delivery health and outbox backlog.

@@ -86,7 +86,22 @@ pub async fn measured(
     next: axum::middleware::Next,
 ) -> Response {
     let started = std::time::Instant::now();
+    // `/v1/ingest/<kind>/<source>`: the answer counts toward that source's sender.
+    let source = request
+        .uri()
+        .path()
+        .strip_prefix("/v1/ingest/")
+        .and_then(|rest| rest.split('/').nth(1))
+        .map(str::to_owned);
     let response = crate::telemetry::traced_intake(source_kind, trace_headers, request, next).await;
+    if let Some(source) = source {
+        crate::alerts::answers::record(
+            &source,
+            response.status().is_success(),
+            started.elapsed(),
+            switchyard_store::now_millis(),
+        );
+    }
     let outcome = response.extensions().get::<Outcome>().copied();
     if outcome.is_some() || response.status() == StatusCode::SERVICE_UNAVAILABLE {
         crate::metrics::metrics().delivery(source_kind, outcome, started.elapsed());

@@ -7,6 +7,7 @@
 //! built on it, never the reverse.
 
 pub(crate) mod admin;
+mod alerts;
 pub(crate) mod auth;
 pub(crate) mod body_deadline;
 mod claims;
@@ -57,6 +58,8 @@ pub struct AppState {
     pub console: Arc<auth::sessions::Sessions>,
     /// Replays started through this daemon.
     pub replays: crate::replay::Replayer,
+    /// Notifier health and refused reloads, for `/readyz`, the console and alert rules.
+    pub alerts: Arc<crate::alerts::AlertStatus>,
 }
 
 /// The `/v1` API behind the bearer-token check, and the health endpoints (which check tokens
@@ -81,6 +84,7 @@ pub fn api(state: &AppState) -> Router<AppState> {
         .merge(admin::router())
         .merge(revisions::router())
         .merge(replays::router())
+        .merge(alerts::router())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_token,

@@ -12,8 +12,10 @@
 //!   [`ceilings`] and [`by_key`] (dispatches, attempts, history), [`mailbox`] (cursors, poller
 //!   leases), [`revisions`], [`workflows`], [`replays`] (replays, their results, past lock
 //!   holders), [`retention`] (deleting past retention).
+//! - [`alerts`]: the alert lifecycle, its notification outbox and the reads rules evaluate.
 //! - [`write_turn`]: this process's turns at SQLite's one write lock.
 
+pub mod alerts;
 pub mod bounded;
 pub mod by_key;
 pub mod ceilings;

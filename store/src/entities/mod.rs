@@ -1,6 +1,8 @@
 //! sea-orm entities: one per table, the row types every named operation reads and writes.
 //! The schema itself is `switchyard-migrations`; these mirror it.
 
+pub mod alert;
+pub mod alert_notification;
 pub mod config_revision;
 pub mod dispatch;
 pub mod dispatch_attempt;

@@ -7,6 +7,7 @@ mod fixtures;
 #[allow(dead_code)] // Each area uses the parts it needs.
 mod harness;
 
+mod alerts;
 mod bounded;
 mod ceilings;
 mod intake;

@@ -1,0 +1,444 @@
+//! Conformance of the alert lifecycle and its notification outbox: one alert per rule and
+//! scope however many replicas raise it at once, one notification per notifier per
+//! transition, silence and acknowledgement, tenant-limited reads, claims a second claimer
+//! cannot take, and the bounded reads rules evaluate.
+
+use switchyard_store::alerts::notifications::{DELIVERED, NotificationOutcome, PENDING};
+use switchyard_store::alerts::signals::DeliveryScope;
+use switchyard_store::alerts::{AlertChangeError, AlertFilter, FIRING, Fired, Firing, RESOLVED};
+
+use crate::fixtures::{id_at, insert_ledger, ledger_row, routed, start};
+use crate::harness::TestStore;
+
+fn notifiers() -> Vec<String> {
+    vec!["ops-webhook".into(), "ops-slack".into()]
+}
+
+fn firing<'a>(notifiers: &'a [String], tenant: Option<&'a str>) -> Firing<'a> {
+    Firing {
+        rule: "api-quiet",
+        scope: "source=api",
+        kind: "source_quiet",
+        tenant_id: tenant,
+        summary: "source api has been quiet for 2h",
+        numbers: r#"{"quiet_secs":7200}"#,
+        since: 1_000,
+        notifiers,
+    }
+}
+
+#[tokio::test]
+async fn two_replicas_raising_one_alert_at_once_make_one_alert_and_one_notification_each() {
+    for test in TestStore::all().await {
+        let now = start();
+        let notifiers = notifiers();
+        let replicas = [
+            test.store.clone(),
+            test.replica().await,
+            test.replica().await,
+            test.replica().await,
+        ];
+        let alert = firing(&notifiers, None);
+        let raised =
+            futures::future::join_all(replicas.iter().map(|store| store.fire_alert(&alert, now)))
+                .await;
+        let new = raised
+            .iter()
+            .filter(|fired| matches!(fired, Ok(Fired::New { .. })))
+            .count();
+        assert_eq!(new, 1, "{:?}: {raised:?}", test.backend);
+        for fired in &raised {
+            // A loser sees the winner's row, or (PostgreSQL, MariaDB) trips over its key.
+            assert!(
+                matches!(
+                    fired,
+                    Ok(Fired::New { .. } | Fired::Still { .. } | Fired::Raced)
+                ),
+                "{:?}: {fired:?}",
+                test.backend
+            );
+        }
+        let alerts = test.store.firing_alerts().await.expect("firing");
+        assert_eq!(alerts.len(), 1, "{:?}", test.backend);
+        let sent = test
+            .store
+            .alert_notifications(&alerts[0].id)
+            .await
+            .expect("notifications");
+        let mut to: Vec<_> = sent
+            .iter()
+            .map(|n| (n.notifier.as_str(), n.event.as_str()))
+            .collect();
+        to.sort();
+        assert_eq!(
+            to,
+            [("ops-slack", "fired"), ("ops-webhook", "fired")],
+            "{:?}",
+            test.backend
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_alert_fires_resolves_and_fires_again_as_a_new_episode_owing_each_transition_once() {
+    for test in TestStore::all().await {
+        let store = &test.store;
+        let now = start();
+        let notifiers = notifiers();
+        let Fired::New { alert_id, episode } = store
+            .fire_alert(&firing(&notifiers, None), now)
+            .await
+            .expect("fire")
+        else {
+            panic!("first firing is new");
+        };
+        assert_eq!(episode, 1);
+        let mut again = firing(&notifiers, None);
+        again.numbers = r#"{"quiet_secs":7300}"#;
+        assert_eq!(
+            store.fire_alert(&again, now + 100).await.expect("again"),
+            Fired::Still {
+                alert_id: alert_id.clone()
+            }
+        );
+        let alert = store
+            .alert(&alert_id, None)
+            .await
+            .expect("read")
+            .expect("alert");
+        assert_eq!(
+            (alert.state.as_str(), alert.numbers.as_str()),
+            (FIRING, r#"{"quiet_secs":7300}"#)
+        );
+        assert!(
+            store
+                .resolve_alert("api-quiet", "source=api", now + 200)
+                .await
+                .expect("resolve")
+        );
+        assert!(
+            !store
+                .resolve_alert("api-quiet", "source=api", now + 300)
+                .await
+                .expect("again")
+        );
+        let alert = store
+            .alert(&alert_id, None)
+            .await
+            .expect("read")
+            .expect("alert");
+        assert_eq!(
+            (alert.state.as_str(), alert.resolved_at),
+            (RESOLVED, Some(now + 200))
+        );
+        assert_eq!(
+            store
+                .fire_alert(&firing(&notifiers, None), now + 400)
+                .await
+                .expect("refire"),
+            Fired::New {
+                alert_id: alert_id.clone(),
+                episode: 2
+            }
+        );
+        let sent = store
+            .alert_notifications(&alert_id)
+            .await
+            .expect("notifications");
+        let events: Vec<_> = sent
+            .iter()
+            .map(|n| (n.episode, n.event.as_str(), n.notifier.as_str()))
+            .collect();
+        assert_eq!(events.len(), 6, "{:?}: {events:?}", test.backend);
+        for episode_event in [(1, "fired"), (1, "resolved"), (2, "fired")] {
+            assert_eq!(
+                events
+                    .iter()
+                    .filter(|(e, w, _)| (*e, *w) == episode_event)
+                    .count(),
+                2,
+                "{:?}: {events:?}",
+                test.backend
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_silenced_alert_fires_without_notifying_and_acknowledgement_lasts_until_it_fires_again() {
+    for test in TestStore::all().await {
+        let store = &test.store;
+        let now = start();
+        let notifiers = notifiers();
+        let Fired::New { alert_id, .. } = store
+            .fire_alert(&firing(&notifiers, Some("acme")), now)
+            .await
+            .expect("fire")
+        else {
+            panic!("new");
+        };
+        let acked = store
+            .acknowledge_alert(&alert_id, None, "ops", now + 1)
+            .await
+            .expect("ack");
+        assert_eq!(acked.acknowledged_by.as_deref(), Some("ops"));
+        let silenced = store
+            .silence_alert(
+                &alert_id,
+                Some(&["acme".to_owned()]),
+                now + 60_000,
+                "ops",
+                now + 2,
+            )
+            .await
+            .expect("silence");
+        assert_eq!(silenced.silenced_until, Some(now + 60_000));
+        assert!(
+            store
+                .resolve_alert("api-quiet", "source=api", now + 3)
+                .await
+                .expect("resolve")
+        );
+        let Fired::New { episode, .. } = store
+            .fire_alert(&firing(&notifiers, Some("acme")), now + 4)
+            .await
+            .expect("refire")
+        else {
+            panic!("new episode");
+        };
+        let alert = store
+            .alert(&alert_id, None)
+            .await
+            .expect("read")
+            .expect("alert");
+        assert_eq!(
+            alert.acknowledged_at, None,
+            "a new episode is not acknowledged"
+        );
+        let sent = store
+            .alert_notifications(&alert_id)
+            .await
+            .expect("notifications");
+        assert!(
+            sent.iter().all(|n| n.episode != episode),
+            "{:?}: silenced firing notified: {sent:?}",
+            test.backend
+        );
+        // Another tenant's caller neither sees nor changes it.
+        let other = ["globex".to_owned()];
+        assert_eq!(
+            store.alert(&alert_id, Some(&other)).await.expect("read"),
+            None
+        );
+        assert!(matches!(
+            store
+                .acknowledge_alert(&alert_id, Some(&other), "x", now + 5)
+                .await,
+            Err(AlertChangeError::NotFound)
+        ));
+        let listed = store
+            .list_alerts(&AlertFilter {
+                state: None,
+                tenants: Some(other.to_vec()),
+                limit: 10,
+            })
+            .await
+            .expect("list");
+        assert!(listed.is_empty());
+        let listed = store
+            .list_alerts(&AlertFilter {
+                state: Some(FIRING.into()),
+                tenants: Some(vec!["acme".into()]),
+                limit: 10,
+            })
+            .await
+            .expect("list");
+        assert_eq!(listed.len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_claimed_notification_is_not_claimed_again_until_its_claim_lapses_and_is_finished_once() {
+    for test in TestStore::all().await {
+        let store = &test.store;
+        let replica = test.replica().await;
+        let now = start();
+        let notifiers = vec!["ops-webhook".to_owned()];
+        store
+            .fire_alert(&firing(&notifiers, None), now)
+            .await
+            .expect("fire");
+        let claimed = store
+            .claim_alert_notifications(now, 30_000, 10)
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 1, "{:?}", test.backend);
+        assert_eq!(claimed[0].alert.rule, "api-quiet");
+        assert_eq!(claimed[0].notification.attempts, 1);
+        assert!(
+            replica
+                .claim_alert_notifications(now + 1, 30_000, 10)
+                .await
+                .expect("claim")
+                .is_empty()
+        );
+        let retry = NotificationOutcome::Retry {
+            due_at: now + 5_000,
+            error: "HTTP 503".into(),
+        };
+        assert!(
+            store
+                .finish_alert_notification(
+                    &claimed[0].notification.id,
+                    &claimed[0].claim_token,
+                    &retry,
+                    now + 2
+                )
+                .await
+                .expect("retry")
+        );
+        assert!(
+            replica
+                .claim_alert_notifications(now + 4_999, 30_000, 10)
+                .await
+                .expect("claim")
+                .is_empty()
+        );
+        let again = replica
+            .claim_alert_notifications(now + 5_000, 30_000, 10)
+            .await
+            .expect("claim");
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].notification.attempts, 2);
+        // The first claim's token is stale now: its late outcome changes nothing.
+        let delivered = NotificationOutcome::Delivered {
+            external_ref: Some("C0OPS 1.2".into()),
+        };
+        assert!(
+            !store
+                .finish_alert_notification(
+                    &claimed[0].notification.id,
+                    &claimed[0].claim_token,
+                    &delivered,
+                    now + 5_001
+                )
+                .await
+                .expect("stale")
+        );
+        assert!(
+            replica
+                .finish_alert_notification(
+                    &again[0].notification.id,
+                    &again[0].claim_token,
+                    &delivered,
+                    now + 5_002
+                )
+                .await
+                .expect("delivered")
+        );
+        let row = &store
+            .alert_notifications(&again[0].alert.id)
+            .await
+            .expect("rows")[0];
+        assert_eq!(
+            (row.status.as_str(), row.last_error.as_deref()),
+            (DELIVERED, Some("HTTP 503"))
+        );
+        assert_ne!(row.status, PENDING);
+        assert_eq!(
+            store
+                .fired_notification_ref(&again[0].alert.id, 1, "ops-webhook")
+                .await
+                .expect("ref")
+                .as_deref(),
+            Some("C0OPS 1.2")
+        );
+        assert!(
+            store
+                .claim_alert_notifications(now + 100_000, 30_000, 10)
+                .await
+                .expect("claim")
+                .is_empty()
+        );
+    }
+}
+
+#[tokio::test]
+async fn rules_read_the_newest_delivery_of_a_scope_and_the_oldest_due_dispatch_of_a_target() {
+    for test in TestStore::all().await {
+        let store = &test.store;
+        let now = start();
+        let mut rows = Vec::new();
+        for (offset, tenant) in [(-50_000, "acme"), (-40_000, "globex"), (-30_000, "acme")] {
+            rows.push(ledger_row(
+                &id_at(now + offset),
+                Some(tenant),
+                "routed",
+                None,
+                now + offset,
+            ));
+        }
+        insert_ledger(store, &rows).await;
+        let scope = |tenant| DeliveryScope {
+            source: "github",
+            tenant_id: tenant,
+            event_type: None,
+        };
+        assert_eq!(
+            store.last_delivery(scope(None), 0).await.expect("last"),
+            Some(now - 30_000)
+        );
+        assert_eq!(
+            store
+                .last_delivery(scope(Some("globex")), 0)
+                .await
+                .expect("last"),
+            Some(now - 40_000)
+        );
+        assert_eq!(
+            store
+                .last_delivery(scope(Some("globex")), now - 35_000)
+                .await
+                .expect("last"),
+            None
+        );
+        let typed = DeliveryScope {
+            source: "github",
+            tenant_id: None,
+            event_type: Some("other"),
+        };
+        assert_eq!(store.last_delivery(typed, 0).await.expect("last"), None);
+        let unknown = DeliveryScope {
+            source: "api",
+            tenant_id: None,
+            event_type: None,
+        };
+        assert_eq!(store.last_delivery(unknown, 0).await.expect("last"), None);
+
+        assert_eq!(
+            store.oldest_due_dispatch("crm", now).await.expect("lag"),
+            None
+        );
+        routed(store, 1, "triage", "crm", now - 20_000).await;
+        routed(store, 2, "triage", "crm", now - 10_000).await;
+        routed(store, 3, "triage", "other", now - 90_000).await;
+        assert_eq!(
+            store.oldest_due_dispatch("crm", now).await.expect("lag"),
+            Some(now - 20_000)
+        );
+        assert_eq!(
+            store
+                .oldest_due_dispatch("crm", now - 15_000)
+                .await
+                .expect("lag"),
+            Some(now - 20_000)
+        );
+        assert_eq!(
+            store
+                .oldest_due_dispatch("crm", now - 25_000)
+                .await
+                .expect("lag"),
+            None
+        );
+    }
+}
