@@ -5,6 +5,7 @@ mod flow;
 mod principals;
 mod retention;
 mod revision;
+pub mod schedules;
 mod sources;
 mod targets;
 mod telemetry;
@@ -22,6 +23,7 @@ use switchyard_core::Workflow;
 pub use flow::{Ceiling, FlowConfig, RatesConfig, coalesce_refusal};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
+pub use schedules::{CatchUp, ScheduleConfig};
 pub use revision::revision_content;
 pub use sources::{API_SOURCE, ResolvedSource, SourceConfig, SourceSettings};
 pub use targets::{
@@ -66,6 +68,9 @@ pub struct Config {
     /// The authorities workflows run as (`run_as`).
     #[serde(default, rename = "principal")]
     pub principals: Vec<PrincipalConfig>,
+    /// Schedules: time as a trigger (`[[schedule]]`, channel `schedule`).
+    #[serde(default, rename = "schedule")]
+    pub schedules: Vec<ScheduleConfig>,
 }
 
 /// `[server]`.
@@ -442,6 +447,7 @@ impl Config {
         problems.extend(self.rates.problems(&self.sources, &self.workflows));
         problems.extend(self.retention.problems());
         problems.extend(tokens::problems(&self.tokens));
+        problems.extend(schedules::problems(&self.schedules));
         problems.extend(principals::problems(
             &self.principals,
             &self.workflows,
