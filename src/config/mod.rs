@@ -23,8 +23,8 @@ use switchyard_core::Workflow;
 pub use flow::{Ceiling, FlowConfig, RatesConfig, coalesce_refusal};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
-pub use schedules::{CatchUp, ScheduleConfig};
 pub use revision::revision_content;
+pub use schedules::{CatchUp, ScheduleConfig};
 pub use sources::{API_SOURCE, ResolvedSource, SourceConfig, SourceSettings};
 pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,

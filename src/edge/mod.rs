@@ -17,6 +17,7 @@ mod cloudevents;
 mod email;
 mod ingest;
 mod pollers;
+pub mod schedule;
 mod slack;
 mod webhook;
 
@@ -37,6 +38,7 @@ pub static CHANNELS: &[&dyn Channel] = &[
     &slack::Slack,
     &email::Email,
     &cloudevents::CloudEvents,
+    &schedule::Schedule,
 ];
 
 /// What the daemon does with one channel beyond its config (`config::SourceSettings`).

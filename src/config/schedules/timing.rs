@@ -32,7 +32,11 @@ enum Rule {
 
 impl Timing {
     /// The timing of `cron` or `every` (exactly one), read in `time_zone`.
-    pub fn of(cron: Option<&str>, every: Option<Duration>, time_zone: &str) -> Result<Self, String> {
+    pub fn of(
+        cron: Option<&str>,
+        every: Option<Duration>,
+        time_zone: &str,
+    ) -> Result<Self, String> {
         let zone: Tz = time_zone.parse().map_err(|_| {
             format!("`time_zone` `{time_zone}` is no IANA time zone (e.g. `Europe/Berlin`, `UTC`)")
         })?;
@@ -84,7 +88,10 @@ impl Timing {
         match &self.rule {
             Rule::Every(period) => {
                 let millis = after.timestamp_millis();
-                let next = millis.div_euclid(*period).checked_add(1)?.checked_mul(*period)?;
+                let next = millis
+                    .div_euclid(*period)
+                    .checked_add(1)?
+                    .checked_mul(*period)?;
                 DateTime::from_timestamp_millis(next)
             }
             Rule::Cron(cron) => {
