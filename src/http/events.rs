@@ -77,6 +77,15 @@ async fn post_event(
         Ok(request) => request,
         Err(error) => return invalid(format!("invalid event JSON: {error}")),
     };
+    if request.channel == Channel::Schedule {
+        // A schedule's run acts for its workflow's principal because time, not a caller,
+        // started it: no caller may make its events.
+        return invalid(
+            "channel `schedule` is made only by the daemon's `[[schedule]]` entries, never \
+             posted"
+                .into(),
+        );
+    }
     if request
         .raw_ref
         .as_deref()

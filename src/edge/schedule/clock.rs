@@ -2,10 +2,7 @@
 //!
 //! Invariant: the scheduler reads time and waits for it only through [`Clock`].
 
-use std::sync::Mutex;
-
 use chrono::{DateTime, Utc};
-use tokio::sync::watch;
 
 /// What the scheduler asks of time.
 #[async_trait::async_trait]
@@ -46,8 +43,8 @@ impl Clock for SystemClock {
 #[cfg(test)]
 #[derive(Debug)]
 pub struct ManualClock {
-    now: Mutex<DateTime<Utc>>,
-    moved: watch::Sender<DateTime<Utc>>,
+    now: std::sync::Mutex<DateTime<Utc>>,
+    moved: tokio::sync::watch::Sender<DateTime<Utc>>,
 }
 
 #[cfg(test)]
@@ -55,8 +52,8 @@ impl ManualClock {
     /// A clock showing `at`.
     pub fn at(at: DateTime<Utc>) -> Self {
         Self {
-            now: Mutex::new(at),
-            moved: watch::Sender::new(at),
+            now: std::sync::Mutex::new(at),
+            moved: tokio::sync::watch::Sender::new(at),
         }
     }
 
