@@ -12,6 +12,7 @@ mod deliveries;
 mod locks;
 mod replays;
 mod runs;
+mod schedules;
 pub mod session;
 mod sources;
 mod workflows;
@@ -148,6 +149,7 @@ pub fn router() -> Router<AppState> {
         .merge(locks::router())
         .merge(workflows::router())
         .merge(sources::router())
+        .merge(schedules::router())
         .merge(replays::router())
         .layer(axum::middleware::map_response(harden))
 }

@@ -9,6 +9,7 @@
 mod clock;
 pub mod fire;
 mod scheduler;
+pub mod status;
 #[cfg(test)]
 mod tests;
 

@@ -15,6 +15,7 @@ mod oversize;
 pub(crate) mod replays;
 mod revisions;
 pub(crate) mod runs;
+mod schedules;
 pub(crate) mod waits;
 
 use std::sync::Arc;
@@ -77,6 +78,7 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
         .merge(claims::router())
         .merge(admin::router())
         .merge(revisions::router())
+        .merge(schedules::router())
         .merge(replays::router())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

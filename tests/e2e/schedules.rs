@@ -407,3 +407,100 @@ async fn reload_changes_removes_and_adds_schedules() {
         "an added schedule starts from now, nothing missed: {added:#?}"
     );
 }
+
+/// `/v1/schedules` and the console list each schedule with its last fire (outcome, run) and its
+/// next fire, only for the caller's tenants; `/metrics` counts fires by outcome.
+#[tokio::test]
+async fn schedules_are_listed_per_tenant_with_last_and_next_fire() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let rest = format!(
+        r#"{WORKFLOW}{}
+[[schedule]]
+id = "globex-nightly"
+tenant = "globex"
+cron = "0 30 2 * * *"
+time_zone = "Europe/Berlin"
+event_type = "nightly"
+
+[[token]]
+name = "globex-ops"
+secret_env = "SY_GLOBEX_OPS"
+scopes = ["read"]
+tenants = ["globex"]
+"#,
+        every_second("tick", "none")
+    );
+    const GLOBEX: &str = "globex-ops-secret-0123456789";
+    let daemon = Daemon::start(&db, &config(&db, &rest), &[("SY_GLOBEX_OPS", GLOBEX)]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let listed = daemon.get("/v1/schedules").await;
+    let schedules = listed["schedules"].as_array().expect("schedules");
+    assert_eq!(schedules.len(), 2, "{listed}");
+    let tick = &schedules[0];
+    assert_eq!(tick["id"], "tick");
+    assert_eq!(tick["source"], "schedule:tick");
+    assert_eq!(tick["every"], "1s");
+    let last = &tick["last_fire"];
+    assert!(
+        last["outcome"] == "routed" || last["outcome"] == "entity_locked",
+        "{listed}"
+    );
+    assert!(
+        last["scheduled_for"]
+            .as_str()
+            .is_some_and(|s| s.ends_with('Z')),
+        "{listed}"
+    );
+    let next = tick["next_fire"].as_str().expect("a next fire");
+    assert!(next.ends_with('Z') && next > last["scheduled_for"].as_str().unwrap_or_default());
+    let nightly = &schedules[1];
+    assert!(nightly["last_fire"].is_null(), "{listed}");
+    let local = nightly["next_fire_local"].as_str().expect("local time");
+    assert!(local.contains("T02:30:00+0"), "02:30 in Berlin: {local}");
+
+    let limited = daemon
+        .client()
+        .get(daemon.url("/v1/schedules"))
+        .bearer_auth(GLOBEX)
+        .send()
+        .await
+        .expect("GET /v1/schedules");
+    let limited: Value = limited.json().await.expect("json");
+    let ids: Vec<&str> = limited["schedules"]
+        .as_array()
+        .expect("schedules")
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        ["globex-nightly"],
+        "another tenant's schedule is not shown"
+    );
+
+    let console = super::console::Console::login(&daemon, super::harness::TOKEN).await;
+    let page = console.page("/ui/schedules").await;
+    assert!(
+        page.contains("tick") && page.contains("globex-nightly"),
+        "{page}"
+    );
+    assert!(page.contains("never fired"), "{page}");
+    let limited_console = super::console::Console::login(&daemon, GLOBEX).await;
+    let page = limited_console.page("/ui/schedules").await;
+    assert!(
+        page.contains("globex-nightly") && !page.contains(">tick<"),
+        "{page}"
+    );
+
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains(
+            r#"switchyard_schedule_fires_total{schedule="tick",outcome="entity_locked"}"#
+        ),
+        "{metrics}"
+    );
+    daemon.stop();
+}
