@@ -46,6 +46,12 @@ pub trait Channel: Sync {
     /// Its `[[source]]` kind, path segment under `/v1/ingest/` and `source_kind` label.
     fn kind(&self) -> &'static str;
 
+    /// The config table its entries are (`source`: `[[source]]` entries of its kind;
+    /// `schedule`: `[[schedule]]`).
+    fn config_table(&self) -> &'static str {
+        "source"
+    }
+
     /// Its HTTP ingest routes; `None` for a channel that is polled.
     fn routes(&self) -> Option<Router<AppState>> {
         None

@@ -35,6 +35,10 @@ impl Channel for Schedule {
         KIND
     }
 
+    fn config_table(&self) -> &'static str {
+        "schedule"
+    }
+
     fn pollers(&self) -> Option<StartPollers> {
         Some(|handles| Box::new(Schedules::new(handles)))
     }
