@@ -111,9 +111,9 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
         let triggered = workflows.iter().any(|w| {
             w.status == WorkflowStatus::Live
                 && w.tenant_id == schedule.tenant
-                && w.triggers.iter().any(|t| {
-                    t.channel == Channel::Schedule && t.event_type == schedule.event_type
-                })
+                && w.triggers
+                    .iter()
+                    .any(|t| t.channel == Channel::Schedule && t.event_type == schedule.event_type)
         });
         if !triggered {
             report.warnings.push(format!(
