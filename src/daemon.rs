@@ -87,7 +87,11 @@ impl Daemon {
         {
             tracing::warn!(%error, "cannot mark interrupted replays");
         }
-        let replays = crate::replay::Replayer::new(store.clone(), Some(intake.clone()));
+        let replays = crate::replay::Replayer::new(
+            store.clone(),
+            Some(intake.clone()),
+            crate::edge::REGISTERED,
+        );
         let state = AppState {
             replays,
             store: store.clone(),
@@ -169,7 +173,7 @@ impl Daemon {
             .server
             .clone();
         let addr = listener.local_addr().context("listener has no address")?;
-        let app = http::router(self.state.clone(), &server);
+        let app = crate::app::router(self.state.clone(), &server);
         let limits = crate::server::Limits {
             header_read_timeout: server.header_read_timeout,
             max_connections: crate::server::fit_connection_cap(server.max_connections),

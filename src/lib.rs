@@ -1,6 +1,7 @@
 //! The Switchyard daemon: config, the intake pipeline, the HTTP server and the mailbox pollers,
 //! wired together. `main.rs` is only the command line; everything it runs lives here.
 
+pub mod app;
 pub mod audit;
 pub mod authority;
 mod background;
@@ -20,8 +21,10 @@ pub mod metrics;
 mod notify;
 pub mod replay;
 mod retention;
+mod schedule_status;
 mod server;
 pub mod shadow;
+pub mod source_status;
 /// The store, under the name the daemon's modules have used for it.
 pub use switchyard_store as store;
 pub mod telemetry;

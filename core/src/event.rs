@@ -29,6 +29,13 @@ impl Channel {
         Channel::Schedule,
     ];
 
+    /// Whether a caller may post events of this channel (`POST /v1/events`): every channel but
+    /// `schedule`, whose events only the daemon's `[[schedule]]` entries make (time, not a
+    /// caller, starts their runs).
+    pub fn may_be_posted(self) -> bool {
+        self != Channel::Schedule
+    }
+
     /// The snake_case name used in JSON, config and the database.
     pub fn as_str(self) -> &'static str {
         match self {

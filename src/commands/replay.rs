@@ -57,7 +57,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let replayer = Replayer::new(store.clone(), intake);
+    let replayer = Replayer::new(store.clone(), intake, crate::edge::REGISTERED);
     let prepared = match &args.rerun {
         Some(id) => replayer.prepare_rerun(id, &loaded).await,
         None => {
@@ -243,7 +243,15 @@ pub async fn what_if(
         let Some(last) = rows.last().map(|r| r.id.clone()) else {
             break;
         };
-        for r in engine::decide(&store, &mut under, &mut memory, rows).await? {
+        for r in engine::decide(
+            &store,
+            &mut under,
+            &mut memory,
+            rows,
+            crate::edge::REGISTERED,
+        )
+        .await?
+        {
             let o = &r.original;
             tally.add(
                 o.event_type.as_deref(),

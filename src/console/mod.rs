@@ -24,8 +24,6 @@ use axum::routing::get;
 
 use crate::http::{ApiError, AppState};
 
-pub use session::Sessions;
-
 /// What every page shows around its content: who is logged in, with which scopes and
 /// tenants, the CSRF token for the logout form, and which page is active.
 #[derive(Debug, Clone)]

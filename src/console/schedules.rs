@@ -9,8 +9,8 @@ use axum::routing::get;
 use super::session::Viewer;
 use super::{Chrome, ConsoleError, render};
 use crate::config::Scope;
-use crate::edge::schedule::status::{ScheduleStatus, statuses};
 use crate::http::AppState;
+use crate::schedule_status::{ScheduleStatus, statuses};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/ui/schedules", get(page))

@@ -8,10 +8,6 @@
 //! after login, and a POST without the session's CSRF token changes nothing (403). A failed
 //! login counts against the client's address like a failed bearer token (`auth::throttle`).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -24,82 +20,12 @@ use super::{Chrome, ConsoleError, render};
 use crate::config::Scope;
 use crate::http::AppState;
 use crate::http::auth::Principal;
+use crate::http::auth::sessions::{TTL, random_id};
 
 /// The session cookie.
 pub const COOKIE: &str = "sy_session";
 /// The login form's double-submit cookie (there is no session to hold its CSRF token yet).
 const LOGIN_COOKIE: &str = "sy_login";
-/// How long a session lasts from login.
-const TTL: Duration = Duration::from_secs(8 * 60 * 60);
-/// Most sessions kept at once; the oldest goes first past it.
-const MAX_SESSIONS: usize = 10_000;
-
-#[derive(Debug)]
-struct Session {
-    secret: String,
-    csrf: String,
-    expires_at: Instant,
-}
-
-/// Open console sessions of this daemon (in memory: a restart logs everyone out, and behind a
-/// load balancer a session sticks to the replica that made it).
-#[derive(Debug, Default)]
-pub struct Sessions(Mutex<HashMap<String, Session>>);
-
-impl Sessions {
-    fn create(&self, secret: &str) -> String {
-        let id = random_id();
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        map.retain(|_, s| s.expires_at > now);
-        if map.len() >= MAX_SESSIONS
-            && let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, s)| s.expires_at)
-                .map(|(id, _)| id.clone())
-        {
-            map.remove(&oldest);
-        }
-        map.insert(
-            id.clone(),
-            Session {
-                secret: secret.to_owned(),
-                csrf: random_id(),
-                expires_at: now + TTL,
-            },
-        );
-        id
-    }
-
-    /// The token and CSRF token of a live session.
-    fn get(&self, id: &str) -> Option<(String, String)> {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match map.get(id) {
-            Some(session) if session.expires_at > Instant::now() => {
-                Some((session.secret.clone(), session.csrf.clone()))
-            }
-            Some(_) => {
-                map.remove(id);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn remove(&self, id: &str) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
-    }
-}
-
-/// Two random UUIDv4s: 244 random bits, hex.
-fn random_id() -> String {
-    format!(
-        "{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    )
-}
-
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)

@@ -3,15 +3,13 @@
 //! `[[source]]` entries are configured and checked (`config::SourceSettings` on its adapter's
 //! config struct), how it is reached (HTTP routes under `/v1/ingest/<kind>/{name}`, or
 //! pollers), verified and normalised (`ingest::Endpoint`), and normalised again on replay
-//! ([`Channel::renormalize`]). The steps all HTTP channels share are written once (`ingest`,
-//! `body`), and so is the supervision of pollers (`pollers`); `api` is the `api` source (its
-//! name, and replay's reading of `POST /v1/events` bodies), which is no channel.
+//! ([`Channel::renormalize`], handed to replay as [`REGISTERED`]). The steps all HTTP channels
+//! share are written once (`ingest`, `body`), and so is the supervision of pollers (`pollers`).
 //!
 //! Invariant: outside `edge/` and the `SourceConfig` enum nothing names a channel (but the
 //! console's sources page, which renders `email`'s poller status); the server, the daemon's
 //! pollers, replay, `check`, metrics and spans find every channel in [`CHANNELS`], once each.
 
-pub mod api;
 mod body;
 mod cloudevents;
 mod email;
@@ -23,14 +21,13 @@ mod webhook;
 
 use axum::Router;
 use axum::middleware::from_fn;
-use switchyard_core::Outcome;
 
 pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
 
 use crate::config::{ServerConfig, SourceConfig};
 use crate::http::AppState;
 use crate::http::intake_answer;
-use crate::intake::DeliveryBody;
+pub use crate::replay::{Again, Rereader, Stored};
 
 /// Every channel, once: the order routes are merged in, nothing more.
 pub static CHANNELS: &[&dyn Channel] = &[
@@ -126,47 +123,21 @@ pub fn routes(server: &ServerConfig) -> Router<AppState> {
         .route_layer(axum::Extension(body::UnverifiedBudget::new(server)))
 }
 
-/// A stored delivery, as replay hands it back to its channel.
-#[derive(Debug, Clone, Copy)]
-pub struct Stored<'a> {
-    /// Its raw bytes, as received.
-    pub body: &'a [u8],
-    /// The content type they were stored under.
-    pub content_type: &'a str,
-    /// The delivery id it was recorded under (request headers are not stored).
-    pub delivery_id: &'a str,
-    /// The payload of the event it was recorded with, as JSON text.
-    pub payload: Option<&'a str>,
-    /// `raw:<intake id>`: the reference its event carries.
-    pub raw_ref: &'a str,
-}
-
-/// A stored delivery, normalised again.
+/// The registrations, as replay reads stored bytes again through them: the daemon hands this
+/// to the replayer, so replay itself names no channel.
 #[derive(Debug)]
-pub enum Again {
-    /// What the adapter made of it, and the message identity duplicate claims use.
-    Normalized {
-        body: DeliveryBody,
-        message_key: Option<String>,
-    },
-    /// Refused before routing (`unauthorized_source` under settings that no longer admit it).
-    Refused(Outcome, String),
-    /// The bytes alone cannot be normalised again, for this reason: the recorded event is used.
-    Unreadable(&'static str),
-}
+pub struct Registered;
 
-impl Again {
-    /// The adapter's disposition, without a message key.
-    pub fn of(body: DeliveryBody) -> Self {
-        Again::Normalized {
-            body,
-            message_key: None,
-        }
+/// [`Registered`], for `Replayer::new`.
+pub static REGISTERED: &Registered = &Registered;
+
+impl Rereader for Registered {
+    fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again> {
+        channel_of(source)?.renormalize(source, stored)
     }
 
-    /// Refused as `unauthorized_source`.
-    pub fn unauthorized(detail: String) -> Self {
-        Again::Refused(Outcome::UnauthorizedSource, detail)
+    fn stored_here(&self, source: &SourceConfig, content_type: &str) -> bool {
+        channel_of(source).is_some_and(|channel| channel.stored_here(content_type))
     }
 }
 

@@ -1,20 +1,19 @@
 //! The channels that pull rather than being called (email's mailboxes, schedules' clocks):
 //! each one's pollers, started, changed and stopped with the config revision in force
-//! (`Pollers`), and the mailboxes' latest status, for `/readyz`, `GET /v1/sources` and the
-//! console (`SourceStatuses`).
+//! (`Pollers`), and the mailboxes' latest status, reported into `SourceStatuses`
+//! (`crate::source_status`) for `/readyz`, `GET /v1/sources` and the console.
 //!
 //! Invariant: the daemon reaches every channel that pulls through [`Pollers`] alone; a channel
 //! says it pulls by returning how its pollers start from `Channel::pollers`.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use switchyard_email::SourceStatus;
 use switchyard_store::Store;
 
 use super::CHANNELS;
 use crate::config::Settings;
 use crate::intake::Intake;
+pub use crate::source_status::SourceStatuses;
 
 /// One polled channel's pollers: one per source of its kind.
 #[async_trait::async_trait]
@@ -82,36 +81,5 @@ impl Pollers {
         for pollers in self.0.iter() {
             pollers.shutdown().await;
         }
-    }
-}
-
-/// Latest status per email source, as its poller reported it.
-#[derive(Debug, Default)]
-pub struct SourceStatuses(Mutex<BTreeMap<String, SourceStatus>>);
-
-/// Consecutive failures after which a mailbox makes the daemon not ready.
-pub const UNHEALTHY_AFTER_FAILURES: u32 = 3;
-
-impl SourceStatuses {
-    pub fn set(&self, source: &str, status: &SourceStatus) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.insert(source.to_owned(), status.clone());
-    }
-
-    pub fn remove(&self, source: &str) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.remove(source);
-    }
-
-    pub fn snapshot(&self) -> BTreeMap<String, SourceStatus> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Sources failing repeatedly, with their last error.
-    pub fn unhealthy(&self) -> Vec<(String, SourceStatus)> {
-        self.snapshot()
-            .into_iter()
-            .filter(|(_, status)| status.consecutive_failures >= UNHEALTHY_AFTER_FAILURES)
-            .collect()
     }
 }

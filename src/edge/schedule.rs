@@ -9,7 +9,6 @@
 mod clock;
 pub mod fire;
 mod scheduler;
-pub mod status;
 #[cfg(test)]
 mod tests;
 

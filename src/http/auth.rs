@@ -6,6 +6,7 @@
 //! tenant-limited caller never reads another tenant's name ([`Principal::visible_tenants`]).
 //! Failed tokens are counted per client address in [`throttle`].
 
+pub mod sessions;
 mod throttle;
 
 use std::collections::BTreeSet;

@@ -20,7 +20,7 @@ use crate::intake::{Delivery, DeliveryBody, Raw};
 use crate::store::MAX_KEY_LEN;
 
 /// The source name of deliveries to this endpoint.
-pub use crate::edge::api::API_SOURCE;
+pub use crate::config::API_SOURCE;
 
 /// A canonical event as a sender posts it: `raw_ref` may be left out (it then points at the
 /// stored request body); a sender's own `raw_ref` is a reference outside Switchyard, never one
@@ -77,14 +77,13 @@ async fn post_event(
         Ok(request) => request,
         Err(error) => return invalid(format!("invalid event JSON: {error}")),
     };
-    if request.channel == Channel::Schedule {
-        // A schedule's run acts for its workflow's principal because time, not a caller,
+    if !request.channel.may_be_posted() {
+        // Such a run acts for its workflow's principal because the daemon, not a caller,
         // started it: no caller may make its events.
-        return invalid(
-            "channel `schedule` is made only by the daemon's `[[schedule]]` entries, never \
-             posted"
-                .into(),
-        );
+        return invalid(format!(
+            "channel `{}` events are made only by the daemon's config, never posted",
+            request.channel
+        ));
     }
     if request
         .raw_ref

@@ -1,6 +1,10 @@
-//! The HTTP server: one module per resource, each ending in `router()`, merged here behind the
-//! bearer-token check; the channels' ingest endpoints (`edge::routes`) authenticate by
-//! signature instead.
+//! The `/v1` API: one module per resource, each ending in `router()`, merged here behind the
+//! bearer-token check, and what every handler can reach ([`AppState`]). The channels' ingest
+//! endpoints (`edge::routes`) authenticate by signature instead; the composition root
+//! (`crate::app`) puts both, and the console, behind the server's limits ([`with_limits`]).
+//!
+//! Invariant: this layer names no channel and no console page; the edge and the console are
+//! built on it, never the reverse.
 
 pub(crate) mod admin;
 pub(crate) mod auth;
@@ -29,9 +33,9 @@ pub use events::API_SOURCE;
 
 use crate::config::ServerConfig;
 use crate::dispatcher::{TargetHealths, Wake};
-use crate::edge::SourceStatuses;
 use crate::intake::Intake;
 use crate::live::LiveConfig;
+use crate::source_status::SourceStatuses;
 use crate::telemetry::spans::PLAIN_TRACE_HEADERS;
 
 /// What every handler can reach.
@@ -49,19 +53,16 @@ pub struct AppState {
     /// Push targets' delivery health, for `/readyz`.
     pub targets: Arc<TargetHealths>,
     /// Open console sessions.
-    pub console: Arc<crate::console::Sessions>,
+    pub console: Arc<auth::sessions::Sessions>,
     /// Replays started through this daemon.
     pub replays: crate::replay::Replayer,
 }
 
-/// The whole HTTP surface, with the server's body limits: a declared body over `body_limit` is
-/// refused before it reaches a handler (`oversize`), every body must arrive whole within
-/// `body_read_timeout` (`body_deadline`), and the signed ingest endpoints buffer unverified
-/// bodies only within `unverified_body_budget`, a share of it per client (`edge::routes`).
-pub fn router(state: AppState, server: &ServerConfig) -> Router {
-    let body_limit = server.body_limit;
-    let body_read_timeout = server.body_read_timeout;
-    let admin = Router::new()
+/// The `/v1` API behind the bearer-token check, and the health endpoints (which check tokens
+/// their own way); the channels' ingest endpoints and the console are merged beside it by the
+/// composition root (`crate::app`).
+pub fn api(state: &AppState) -> Router<AppState> {
+    let guarded = Router::new()
         .merge(
             events::router().route_layer(axum::middleware::from_fn(|request, next| {
                 intake_answer::measured(API_SOURCE, PLAIN_TRACE_HEADERS, request, next)
@@ -84,13 +85,23 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
             state.clone(),
             auth::require_api_token,
         ));
-    let ingest = crate::edge::routes(server);
-    Router::new()
-        .merge(admin)
-        .merge(ingest)
-        .merge(health::router())
-        .merge(crate::console::router())
-        .layer(DefaultBodyLimit::max(body_limit))
+    guarded.merge(health::router())
+}
+
+/// `app` (the whole surface) behind the server's limits: a declared body over `body_limit` is
+/// refused before it reaches a handler (`oversize`), every body must arrive whole within
+/// `body_read_timeout` (`body_deadline`), and a client address failing tokens repeatedly is
+/// throttled (`auth::throttle`), except on the endpoints `signed_only` names, whose senders
+/// authenticate by signature alone.
+pub fn with_limits(
+    app: Router<AppState>,
+    state: AppState,
+    server: &ServerConfig,
+    signed_only: fn(&str) -> bool,
+) -> Router {
+    let body_limit = server.body_limit;
+    let body_read_timeout = server.body_read_timeout;
+    app.layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn(move |request, next| {
             body_deadline::bound(request, next, body_read_timeout)
         }))
@@ -98,7 +109,7 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
             oversize::refuse_declared_oversize(request, next, body_limit, body_read_timeout)
         }))
         .layer(axum::middleware::from_fn_with_state(
-            auth::FailureThrottle::new(state.live.clone()),
+            auth::FailureThrottle::new(state.live.clone(), signed_only),
             auth::throttle_failures,
         ))
         .with_state(state)

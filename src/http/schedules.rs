@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::auth::Principal;
 use super::{ApiError, AppState};
 use crate::config::Scope;
-use crate::edge::schedule::status::statuses;
+use crate::schedule_status::statuses;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/schedules", get(list))

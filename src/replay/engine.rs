@@ -18,6 +18,7 @@ use switchyard_store::replays::Holders;
 use switchyard_store::{DbErr, Store};
 
 use super::normalize::{Renormalized, renormalize};
+use super::reread::Rereader;
 use crate::authority::Authority;
 use crate::config::{LoadedConfig, SourceConfig};
 use crate::intake::DeliveryBody;
@@ -183,6 +184,7 @@ pub async fn decide(
     under: &mut Under,
     memory: &mut Memory,
     rows: Vec<intake::Model>,
+    channels: &dyn Rereader,
 ) -> Result<Vec<Replayed>, DbErr> {
     // A row's own bytes are stored under its own id. Its `raw_ref` is never followed: on an
     // old row a sender may have chosen it, naming bytes that are not the row's own.
@@ -209,7 +211,7 @@ pub async fn decide(
         }
         let (routing, note) = under.routing_for(store, &row).await?;
         let raw = raws.get(&row.id);
-        let mut normalized = renormalize(&row, raw, &routing.sources);
+        let mut normalized = renormalize(&row, raw, &routing.sources, channels);
         // The same bounds intake applies (over-long ids digested, unstorable values invalid).
         normalized.body = crate::intake::Delivery::new(
             uuid::Uuid::nil(),

@@ -15,11 +15,13 @@
 pub mod engine;
 mod normalize;
 pub mod report;
+mod reread;
 pub mod runner;
 
 use serde::{Deserialize, Serialize};
 
 pub use engine::{Routing, Under};
+pub use reread::{Again, Rereader, Stored};
 pub use runner::{Replayer, Request};
 /// Which stored deliveries a replay takes.
 pub use switchyard_store::replays::Filters;

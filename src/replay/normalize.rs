@@ -1,7 +1,7 @@
 //! A stored delivery's raw bytes back through the adapter of its source: its channel's
-//! registration (`edge::Channel::renormalize`) calls the same pure `normalize` its ingest
-//! endpoint does, with the source settings of the revision the replay runs under (`api`'s
-//! bodies are read by `edge::api`). Signatures are not checked again: the delivery was
+//! registration (`edge::Channel::renormalize`, reached through the replayer's [`Rereader`])
+//! calls the same pure `normalize` its ingest endpoint does, with the source settings of the
+//! revision the replay runs under (`api`'s bodies are read by `reread::api_body`). Signatures are not checked again: the delivery was
 //! authenticated when it was received, and the secret that signed it may have rotated since.
 //!
 //! When the bytes alone cannot be normalised again (no stored bytes, a source no longer
@@ -10,9 +10,9 @@
 
 use switchyard_core::{Event, Outcome};
 
+use super::reread::{Again, Rereader, Stored, api_body};
+use crate::config::API_SOURCE;
 use crate::config::SourceConfig;
-use crate::edge::api::API_SOURCE;
-use crate::edge::{self, Again, Stored};
 use crate::intake::DeliveryBody;
 use crate::store::entities::{intake, raw_delivery};
 
@@ -57,8 +57,9 @@ pub fn renormalize(
     row: &intake::Model,
     raw: Option<&raw_delivery::Model>,
     sources: &[SourceConfig],
+    channels: &dyn Rereader,
 ) -> Renormalized {
-    let renormalized = normalize_again(row, raw, sources);
+    let renormalized = normalize_again(row, raw, sources, channels);
     let recorded_for = row
         .tenant_id
         .as_deref()
@@ -93,6 +94,7 @@ fn normalize_again(
     row: &intake::Model,
     raw: Option<&raw_delivery::Model>,
     sources: &[SourceConfig],
+    channels: &dyn Rereader,
 ) -> Renormalized {
     let Some(raw) = raw else {
         return stored(row, "no raw bytes are stored for it (pruned by retention?)");
@@ -107,7 +109,7 @@ fn normalize_again(
     };
     let named: Vec<&SourceConfig> = sources.iter().filter(|s| s.name() == row.source).collect();
     let source = match named.as_slice() {
-        [] if row.source == API_SOURCE => return from(row, edge::api::renormalize(&again)),
+        [] if row.source == API_SOURCE => return from(row, api_body(&again)),
         [] => {
             return stored(
                 row,
@@ -118,10 +120,10 @@ fn normalize_again(
         several => several
             .iter()
             .copied()
-            .find(|s| edge::channel_of(s).is_some_and(|c| c.stored_here(&raw.content_type)))
+            .find(|s| channels.stored_here(s, &raw.content_type))
             .unwrap_or(several[0]),
     };
-    match edge::channel_of(source).and_then(|channel| channel.renormalize(source, &again)) {
+    match channels.renormalize(source, &again) {
         Some(normalized) => from(row, normalized),
         None => stored(row, &format!("no channel reads {} sources", source.kind())),
     }

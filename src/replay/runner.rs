@@ -16,6 +16,7 @@ use switchyard_store::{DbErr, Store, now_millis};
 use uuid::Uuid;
 
 use super::engine::{self, Memory, Replayed, Routing, Under};
+use super::reread::Rereader;
 use super::{Filters, Mode, RevisionChoice, replay_delivery_id};
 use crate::config::LoadedConfig;
 use crate::intake::{Delivery, Intake, ReplayLink};
@@ -63,6 +64,8 @@ pub struct Replayer {
     store: Store,
     /// The intake live replays re-admit through (`None`: diagnostic only).
     intake: Option<Intake>,
+    /// The channels that read stored bytes again (the daemon's registrations).
+    channels: &'static dyn Rereader,
     /// The cancel flag of each replay running in this process.
     running: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>>,
 }
@@ -77,10 +80,11 @@ pub struct Prepared {
 }
 
 impl Replayer {
-    pub fn new(store: Store, intake: Option<Intake>) -> Self {
+    pub fn new(store: Store, intake: Option<Intake>, channels: &'static dyn Rereader) -> Self {
         Self {
             store,
             intake,
+            channels,
             running: Arc::default(),
         }
     }
@@ -307,7 +311,8 @@ impl Replayer {
             let Some(last) = rows.last().map(|r| r.id.clone()) else {
                 return Ok(());
             };
-            let replayed = engine::decide(&self.store, &mut under, &mut memory, rows).await?;
+            let replayed =
+                engine::decide(&self.store, &mut under, &mut memory, rows, self.channels).await?;
             let results = match mode {
                 Mode::Diagnostic => replayed
                     .into_iter()

@@ -60,13 +60,17 @@ struct FailureTable(Mutex<HashMap<IpAddr, Failures>>);
 pub struct FailureThrottle {
     table: Arc<FailureTable>,
     live: LiveConfig,
+    /// Whether a path is an ingest endpoint that authenticates by signature alone
+    /// (`edge::signed_only`, given by the composition root).
+    signed_only: fn(&str) -> bool,
 }
 
 impl FailureThrottle {
-    pub fn new(live: LiveConfig) -> Self {
+    pub fn new(live: LiveConfig, signed_only: fn(&str) -> bool) -> Self {
         Self {
             table: Arc::default(),
             live,
+            signed_only,
         }
     }
 }
@@ -150,12 +154,12 @@ impl Presented {
     /// What `request` presents, if anything. The signed Zendesk and Slack endpoints check
     /// signatures, not tokens, and their senders' shared egress addresses must never be blocked
     /// by someone else's failures.
-    fn of(request: &Request) -> Option<Self> {
+    fn of(request: &Request, signed_only: fn(&str) -> bool) -> Option<Self> {
         let path = request.uri().path();
         if path == "/ui/login" {
             return (request.method() == Method::POST).then_some(Presented::Login);
         }
-        let signed_ingest = crate::edge::signed_only(path);
+        let signed_ingest = signed_only(path);
         let checks_tokens =
             (path.starts_with("/v1/") && !signed_ingest) || path == "/metrics" || path == "/readyz";
         let value = request.headers().get(header::AUTHORIZATION)?;
@@ -186,7 +190,7 @@ pub async fn guard(
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(presented) = Presented::of(&request) else {
+    let Some(presented) = Presented::of(&request, throttle.signed_only) else {
         return next.run(request).await;
     };
     let peer = request
@@ -342,7 +346,11 @@ mod tests {
             (Method::GET, "/ui/login", false, false),
         ] {
             assert_eq!(
-                Presented::of(&request(method.clone(), path, bearer)).is_some(),
+                Presented::of(
+                    &request(method.clone(), path, bearer),
+                    crate::edge::signed_only
+                )
+                .is_some(),
                 expected,
                 "{method} {path} bearer={bearer}"
             );

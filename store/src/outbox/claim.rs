@@ -17,7 +17,6 @@ use uuid::Uuid;
 use super::apply;
 use super::machine::{self, PullStep, PushStep};
 use crate::Millis;
-use crate::by_key;
 use crate::ceilings::{MaxRunning, Slots, free_slots};
 use crate::driver::OutboxDriver;
 use crate::entities::dispatch::{self, DispatchStatus};
@@ -189,41 +188,6 @@ pub(crate) async fn claim_push_with<D: OutboxDriver + ?Sized>(
     apply::apply(&txn, &changes).await?;
     with_lease_expiries(&txn, claimed.iter_mut()).await?;
     txn.commit().await?;
-    Ok(claimed)
-}
-
-/// Reads back dispatches another writer claimed for `owner` (the SQLite intake writer claims
-/// backlog rows for its daemon's dispatcher): those still pending under that claim, with their
-/// runs and lease expiries, as [`claim_push`] returns them.
-pub async fn claimed_rows<C: ConnectionTrait>(
-    db: &C,
-    ids: &[String],
-    owner: &str,
-) -> Result<Vec<ClaimedRun>, DbErr> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    // By key only ([`crate::by_key`]); the claim is checked here.
-    let mut rows: Vec<dispatch::Model> = by_key::dispatches(ids.iter().cloned())
-        .all(db)
-        .await?
-        .into_iter()
-        .filter(|d| d.status == DispatchStatus::Pending && d.claimed_by.as_deref() == Some(owner))
-        .collect();
-    rows.sort_by(|a, b| (a.due_at, &a.id).cmp(&(b.due_at, &b.id)));
-    let runs = runs_of(db, &rows).await?;
-    let mut claimed: Vec<ClaimedRun> = rows
-        .into_iter()
-        .filter_map(|row| {
-            let run = runs.get(&row.run_id)?.clone();
-            Some(ClaimedRun {
-                dispatch: row,
-                run,
-                lease_expires_at: 0,
-            })
-        })
-        .collect();
-    with_lease_expiries(db, claimed.iter_mut()).await?;
     Ok(claimed)
 }
 

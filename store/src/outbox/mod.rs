@@ -28,9 +28,7 @@ pub(crate) mod skip_locked;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait};
 
-pub use claim::{
-    ClaimedRun, PULL_CLAIMANT, PullClaim, PullTarget, claim_pull, claim_push, claimed_rows, due,
-};
+pub use claim::{ClaimedRun, PULL_CLAIMANT, PullClaim, PullTarget, claim_pull, claim_push, due};
 pub use keep_alive::{KEEP_ALIVE_WINDOW_MS, keep_alive};
 pub use pull::{ClaimError, extend_claim, release_claim};
 pub use read::{pending_by_target, trail};

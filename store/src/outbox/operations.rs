@@ -56,16 +56,6 @@ impl Store {
         .await
     }
 
-    /// Reads back the dispatches `ids` another writer claimed for `owner`: those still pending
-    /// under that claim, as [`Store::claim_push`] returns them.
-    pub async fn claimed_rows(
-        &self,
-        ids: &[String],
-        owner: &str,
-    ) -> Result<Vec<ClaimedRun>, DbErr> {
-        super::claimed_rows(self.db(), ids, owner).await
-    }
-
     /// Records a batch of attempts in one transaction: per attempt, whether it still held its
     /// claim (one that lapsed and was claimed again keeps its attempt row, nothing else).
     pub async fn record_attempts(

@@ -365,35 +365,3 @@ async fn max_running_caps_claims_and_a_run_that_ends_frees_its_slot() {
         assert_eq!(next[0].dispatch.id, routed[2].dispatch.id);
     }
 }
-
-#[tokio::test]
-async fn claimed_rows_reads_back_only_rows_still_claimed_by_the_owner() {
-    for test in TestStore::all().await {
-        let store = &test.store;
-        let now = start();
-        let routed = many(store, 0..3, HOOK, now).await;
-        let claimed = store
-            .claim_push(HOOK, "replica-a", 2, now, now + 30_000, &[])
-            .await
-            .expect("claim");
-        let ids: Vec<String> = routed.iter().map(|r| r.dispatch.id.clone()).collect();
-        let back = store
-            .claimed_rows(&ids, "replica-a")
-            .await
-            .expect("read back");
-        let view = |c: &switchyard_store::outbox::ClaimedRun| {
-            (c.dispatch.clone(), c.run.clone(), c.lease_expires_at)
-        };
-        assert_eq!(
-            back.iter().map(view).collect::<Vec<_>>(),
-            claimed.iter().map(view).collect::<Vec<_>>()
-        );
-        assert!(
-            store
-                .claimed_rows(&ids, "replica-b")
-                .await
-                .expect("read back")
-                .is_empty()
-        );
-    }
-}

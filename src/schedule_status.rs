@@ -1,6 +1,6 @@
 //! What `/v1/schedules` and the console show of each schedule: its timing, its next fire (from
 //! the revision in force and the clock) and its latest recorded fire (from the ledger, with its
-//! outcome and run).
+//! outcome and run). Below the API and the console, beside the edge that fires them.
 //!
 //! Invariant: only schedules of the tenants asked for are read or shown.
 
@@ -45,9 +45,8 @@ pub struct LastFire {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     pub intake_id: String,
-    /// When it was recorded (epoch ms).
-    #[serde(skip)]
-    pub received_at: i64,
+    /// When it was recorded (RFC 3339, UTC).
+    pub recorded_at: Option<String>,
 }
 
 /// The status of each of `schedules` whose tenant `visible` admits, in config order.
@@ -76,7 +75,8 @@ pub async fn statuses(
                 detail: row.detail,
                 run_id: row.run_id,
                 intake_id: row.id,
-                received_at: row.received_at,
+                recorded_at: DateTime::from_timestamp_millis(row.received_at)
+                    .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
             });
         shown.push(ScheduleStatus {
             id: schedule.id.clone(),
