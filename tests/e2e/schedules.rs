@@ -495,6 +495,12 @@ tenants = ["globex"]
         "{page}"
     );
 
+    // No caller can make a schedule's events: its runs are started by time alone.
+    let forged = super::harness::event("schedule", "sweep", "acme", "sweep-tick");
+    let (status, answer) = daemon.post_event("forged-fire", &forged).await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(answer["outcome"], "invalid_event", "{answer}");
+
     let metrics = daemon.metrics().await;
     assert!(
         metrics.contains(
