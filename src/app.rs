@@ -6,15 +6,28 @@
 //! above it (`edge` and `console` use `http`, never the reverse).
 
 use axum::Router;
+use axum::http::{Method, Uri};
+use axum::response::{IntoResponse, Response};
 
 use crate::config::ServerConfig;
-use crate::http::{self, AppState};
+use crate::http::{self, ApiError, AppState};
 
-/// Every route the daemon serves on its main listener.
+/// Every route the daemon serves on its main listener. A path no route serves is a 404, and a
+/// method a path does not take a 405, in the same JSON shape as every other refusal.
 pub fn router(state: AppState, server: &ServerConfig) -> Router {
     let app = Router::new()
         .merge(http::api(&state))
         .merge(crate::edge::routes(server))
-        .merge(crate::console::router());
+        .merge(crate::console::router())
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method);
     http::with_limits(app, state, server, crate::edge::signed_only)
+}
+
+async fn no_route(uri: Uri) -> Response {
+    ApiError::no_route(uri.path()).into_response()
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> Response {
+    ApiError::method_not_allowed(&method, uri.path()).into_response()
 }

@@ -59,6 +59,12 @@ impl Daemon {
         )?;
         log_revision(&live);
         let live = LiveConfig::new(live);
+        crate::metrics::metrics().zero_deliveries(
+            crate::edge::CHANNELS
+                .iter()
+                .map(|channel| channel.kind())
+                .chain([crate::config::API_SOURCE]),
+        );
         let wake = Arc::new(Wake::default());
         let intake = Intake::start(&store, &database, live.clone(), wake.clone())?;
         let sources = Arc::new(SourceStatuses::default());

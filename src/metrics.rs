@@ -329,6 +329,23 @@ impl Metrics {
         to_classic(&self.encode())
     }
 
+    /// Every delivery series of each of `source_kinds` at zero (every outcome, the 503s, the
+    /// answer times), so a scrape from the start shows each series a delivery can move, not
+    /// an absent one a query or an alert rule cannot tell from a missing daemon.
+    pub fn zero_deliveries(&self, source_kinds: impl IntoIterator<Item = &'static str>) {
+        for source_kind in source_kinds {
+            for outcome in switchyard_core::Outcome::ALL {
+                self.deliveries.get_or_create(&DeliveryLabels {
+                    source_kind,
+                    outcome: outcome.as_str(),
+                });
+            }
+            let kind = SourceKindLabel { source_kind };
+            self.store_unavailable.get_or_create(&kind);
+            self.answer_seconds.get_or_create(&kind);
+        }
+    }
+
     /// One delivery of `source_kind` answered with `outcome` (`None`: the store did not
     /// commit it, answered 503) after `took`.
     pub fn delivery(

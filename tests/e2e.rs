@@ -5,6 +5,7 @@ mod e2e {
     pub mod harness;
 
     mod access;
+    mod api_contract;
     mod authority;
     mod bounded_runs;
     mod browser;

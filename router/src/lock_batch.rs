@@ -34,6 +34,8 @@ pub enum Decision {
     EntityLocked {
         held_by_run_id: String,
         workflow_id: Arc<str>,
+        /// When the holder's lease expires unless its run extends it (heartbeats) or ends.
+        until: Millis,
     },
 }
 
@@ -117,10 +119,13 @@ impl LockBatch {
                 stored: None,
                 current: None,
             });
-        if let Some(holder) = slot.current.as_ref().and_then(|row| row.held_at(now)) {
+        if let Some(row) = slot.current.as_ref()
+            && let Some(holder) = row.held_at(now)
+        {
             return Decision::EntityLocked {
                 held_by_run_id: holder.to_owned(),
                 workflow_id: candidate.workflow_id.clone(),
+                until: row.expires_at,
             };
         }
         let took_over_from = slot.current.as_ref().and_then(|row| row.run_id.clone());
@@ -321,6 +326,7 @@ mod tests {
                     Decision::EntityLocked {
                         held_by_run_id,
                         workflow_id,
+                        ..
                     },
                     "locked",
                     None,
@@ -393,6 +399,7 @@ mod tests {
             Decision::EntityLocked {
                 held_by_run_id: run_id,
                 workflow_id: Arc::from("triage"),
+                until: NOW + 60_000,
             }
         );
         assert!(matches!(

@@ -73,9 +73,7 @@ pub fn millis_to_rfc3339(millis: i64) -> String {
 }
 
 pub(crate) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    query
-        .map(|Query(q)| q)
-        .map_err(|e| ApiError::BadRequest(e.body_text()))
+    query.map(|Query(q)| q).map_err(ApiError::from)
 }
 
 #[derive(Debug, Deserialize)]

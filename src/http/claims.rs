@@ -76,7 +76,7 @@ async fn claim(
     body: Result<Json<ClaimRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     principal.require(Scope::RunsWrite)?;
-    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Json(request) = body.map_err(ApiError::from)?;
     let max = request.max.unwrap_or(1);
     if !(1..=MAX_CLAIM).contains(&max) {
         return Err(ApiError::BadRequest(format!(
@@ -140,7 +140,7 @@ async fn claim(
 }
 
 /// The distinct workflows of a claim request the caller may claim: at most
-/// [`MAX_WORKFLOWS`]; a tenant-limited token's names of other tenants' workflows are dropped.
+/// [`MAX_WORKFLOWS`], each a workflow in force (that the caller's tenants own) on a pull target.
 fn claimable_workflows(
     state: &AppState,
     principal: &Principal,
@@ -159,15 +159,28 @@ fn claimable_workflows(
             workflows.len()
         )));
     }
-    if principal.tenants().is_some() {
-        // Runs are claimed by workflow; a tenant-limited worker gets only its tenants'
-        // workflows (others claim nothing, as unknown workflows do).
-        let live = state.live.current();
-        workflows.retain(|id| {
-            live.workflows
-                .iter()
-                .any(|w| &w.id == id && principal.sees(&w.tenant_id))
-        });
+    // A name no worker could ever claim from is refused, naming it, never answered with an
+    // empty list forever: a workflow that is not configured (or, for a tenant-limited token,
+    // is another tenant's: the same words, so nothing says it exists) or whose runs go to a
+    // push target.
+    let live = state.live.current();
+    for id in &workflows {
+        let Some(workflow) = live
+            .workflows
+            .iter()
+            .find(|w| &w.id == id && principal.sees(&w.tenant_id))
+        else {
+            return Err(ApiError::BadRequest(format!(
+                "`workflows` names `{id}`, which is no workflow in force"
+            )));
+        };
+        let target = live.target_of(&workflow.id);
+        if !matches!(live.target(target), Some(ResolvedTarget::Pull(_))) {
+            return Err(ApiError::BadRequest(format!(
+                "`workflows` names `{id}`, whose runs go to `{target}`, which is not a pull \
+                 target: its runs are pushed, never claimed"
+            )));
+        }
     }
     Ok(workflows)
 }
@@ -406,7 +419,7 @@ async fn release(
     body: Result<Option<Json<ReleaseRequest>>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::RunsWrite)?;
-    let body = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let body = body.map_err(ApiError::from)?;
     let request = body.map(|Json(r)| r).unwrap_or_default();
     let delay = request.delay.unwrap_or_default();
     if delay > MAX_RELEASE_DELAY {

@@ -67,6 +67,106 @@ impl ApiError {
     }
 }
 
+/// What axum's extractors say about a body or query they refused, as a client should read it:
+/// the problem itself, without the framework's preamble ("Failed to deserialize the JSON body
+/// into the target type: ").
+fn problem(text: &str) -> String {
+    const PREAMBLES: [&str; 4] = [
+        "Failed to deserialize the JSON body into the target type: ",
+        "Failed to parse the request body as JSON: ",
+        "Failed to deserialize query string: ",
+        "Failed to buffer the request body: ",
+    ];
+    let plain = PREAMBLES
+        .iter()
+        .find_map(|preamble| text.strip_prefix(preamble))
+        .unwrap_or(text);
+    format!("invalid request: {plain}")
+}
+
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
+        use axum::extract::rejection::JsonRejection;
+        match rejection {
+            JsonRejection::MissingJsonContentType(_) => ApiError::unsupported_media_type(),
+            JsonRejection::BytesRejection(bytes)
+                if bytes.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+            {
+                ApiError::Refused {
+                    status: StatusCode::PAYLOAD_TOO_LARGE,
+                    error: "payload_too_large",
+                    detail: "the request body is larger than the server's `body_limit`".into(),
+                }
+            }
+            other => ApiError::BadRequest(problem(&other.body_text())),
+        }
+    }
+}
+
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::BytesRejection) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::Refused {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                error: "payload_too_large",
+                detail: "the request body is larger than the server's `body_limit`".into(),
+            }
+        } else {
+            ApiError::BadRequest(problem(&rejection.body_text()))
+        }
+    }
+}
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
+        ApiError::BadRequest(problem(&rejection.body_text()))
+    }
+}
+
+impl ApiError {
+    /// 415 `unsupported_media_type`: a JSON endpoint was sent something else.
+    pub fn unsupported_media_type() -> Self {
+        ApiError::Refused {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            error: "unsupported_media_type",
+            detail: "this endpoint takes JSON: send `Content-Type: application/json`".into(),
+        }
+    }
+
+    /// 404 `not_found` for a path no route serves.
+    pub fn no_route(path: &str) -> Self {
+        ApiError::NotFound(format!("no endpoint at `{path}`"))
+    }
+
+    /// 405 `method_not_allowed`: the path exists, not with this method.
+    pub fn method_not_allowed(method: &axum::http::Method, path: &str) -> Self {
+        ApiError::Refused {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            error: "method_not_allowed",
+            detail: format!("`{path}` does not take {method}"),
+        }
+    }
+}
+
+/// Whether `headers` declare a JSON body (`application/json`, with parameters, or a
+/// `+json` type), as axum's `Json` extractor requires; the endpoints that read bytes check it
+/// themselves.
+pub fn declares_json(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json")
+            || subtype.len() > 5 && subtype[subtype.len() - 5..].eq_ignore_ascii_case("+json"))
+}
+
 /// Seconds a sender should wait before retrying after a 503.
 pub const RETRY_AFTER_SECS: &str = "1";
 
@@ -94,7 +194,7 @@ impl IntoResponse for ApiError {
             Json(json!({"error": error, "detail": self.to_string()})),
         )
             .into_response();
-        if matches!(self, ApiError::TooLarge { .. }) || status == StatusCode::REQUEST_TIMEOUT {
+        if status == StatusCode::PAYLOAD_TOO_LARGE || status == StatusCode::REQUEST_TIMEOUT {
             // The rest of the body may be unread (past the drain in `oversize`, a client
             // waiting for `100 Continue`, or one too slow), so this connection carries no
             // further request: say so, or a keep-alive client sends its next one into a

@@ -55,6 +55,9 @@ async fn post_event(
     if let Err(error) = principal.require(Scope::EventsWrite) {
         return error.into_response();
     }
+    if !super::error::declares_json(&headers) {
+        return super::ApiError::unsupported_media_type().into_response();
+    }
     let body = match intake_answer::body(body, &state) {
         Ok(body) => body,
         Err(error) => return error.into_response(),

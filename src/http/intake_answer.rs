@@ -146,7 +146,7 @@ pub fn body(result: Result<Bytes, BytesRejection>, state: &AppState) -> Result<B
                     .body_limit,
             }
         } else {
-            ApiError::BadRequest(rejection.body_text())
+            ApiError::from(rejection)
         }
     })
 }

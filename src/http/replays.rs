@@ -68,10 +68,14 @@ fn start_error(error: StartError) -> ApiError {
 async fn create(
     State(state): State<AppState>,
     principal: Principal,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     principal.require(Scope::Admin)?;
-    let body = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    if !super::error::declares_json(&headers) {
+        return Err(ApiError::unsupported_media_type());
+    }
+    let body = body.map_err(ApiError::from)?;
     let request: CreateReplay = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("invalid replay request: {e}")))?;
     if let Some(outcome) = &request.outcome

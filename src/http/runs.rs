@@ -130,7 +130,7 @@ async fn list_runs(
     query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::Read)?;
-    let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Query(query) = query.map_err(ApiError::from)?;
     let status = query.status.as_deref().map(parse_status).transpose()?;
     let limit = parse_limit(query.limit.as_deref())?;
     let tenants = principal.tenant_filter(query.tenant.as_deref());
@@ -239,7 +239,7 @@ async fn heartbeat(
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::RunsWrite)?;
     visible_run(&state, &principal, &id).await?;
-    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Json(request) = body.map_err(ApiError::from)?;
     let lease = state
         .store
         .heartbeat(&id, request.fencing_token, &request.usage, now_millis())
@@ -279,7 +279,7 @@ async fn finish(
 ) -> Result<Json<RunView>, ApiError> {
     principal.require(Scope::RunsWrite)?;
     visible_run(&state, &principal, &id).await?;
-    let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Json(request) = body.map_err(ApiError::from)?;
     let status = parse_status(&request.status)?;
     for (field, value) in [
         ("worker_version", &request.worker_version),

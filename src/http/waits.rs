@@ -108,7 +108,7 @@ async fn open_wait(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     principal.require(Scope::RunsWrite)?;
     super::runs::visible_run(&state, &principal, &id).await?;
-    let Json(body) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Json(body) = body.map_err(ApiError::from)?;
     let request = body.check()?;
     let opened = open::open(&state.store, &id, &request, now_millis())
         .await
@@ -194,6 +194,9 @@ async fn post_resume(
 ) -> Response {
     if let Err(error) = principal.require(Scope::EventsWrite) {
         return error.into_response();
+    }
+    if !super::error::declares_json(&headers) {
+        return ApiError::unsupported_media_type().into_response();
     }
     let body = match intake_answer::body(body, &state) {
         Ok(body) => body,

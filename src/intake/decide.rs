@@ -210,8 +210,15 @@ pub(super) fn decide(
                         &intake_id,
                     );
                     let mut fields = decision_fields(&decision);
-                    if let Choice::NoConditionHeld(detail) = choice {
-                        fields.detail = Some(detail.clone());
+                    match choice {
+                        Choice::NoConditionHeld(detail) => fields.detail = Some(detail.clone()),
+                        Choice::NoTrigger => {
+                            fields.detail = Some(format!(
+                                "no live workflow of tenant `{}` triggers on ({}, {})",
+                                event.tenant_id, event.channel, event.event_type
+                            ));
+                        }
+                        _ => {}
                     }
                     if let Decision::Routed {
                         run_id,
@@ -424,9 +431,14 @@ fn decision_fields(decision: &Decision) -> Fields {
         Decision::EntityLocked {
             held_by_run_id,
             workflow_id,
+            until,
         } => Fields {
             outcome: Outcome::EntityLocked,
-            detail: None,
+            detail: Some(format!(
+                "run {held_by_run_id} holds the entity until {} (its lease: extended while the \
+                 run heartbeats, freed when it finishes)",
+                switchyard_store::millis_rfc3339(*until)
+            )),
             run_id: None,
             workflow_id: Some(workflow_id.to_string()),
             held_by_run_id: Some(held_by_run_id.clone()),

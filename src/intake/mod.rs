@@ -153,10 +153,12 @@ fn bounded_key(id: String) -> String {
     }
 }
 
-/// Keeps every adapter's events within what every store can hold: an over-long or NUL-holding
-/// entity id is digested; a tenant or event type no trigger could name (over-long, U+0000) or
-/// a `raw_ref` longer than its column makes the delivery `invalid_event`, recorded, instead of
-/// a database error that would refuse it forever.
+/// Keeps every adapter's events within what every store can hold: an over-long entity id is
+/// digested (a pathological Message-ID still locks its thread); a tenant or event type no
+/// trigger could name (over-long), a `raw_ref` longer than its column, or U+0000 in any of
+/// them or in the entity id (which a worker could not look up if it were digested) makes the
+/// delivery `invalid_event`, recorded and naming the field, instead of a database error that
+/// would refuse it forever.
 fn bounded_body(body: DeliveryBody) -> DeliveryBody {
     let Some(event) = body.event() else {
         return body;
@@ -165,6 +167,7 @@ fn bounded_body(body: DeliveryBody) -> DeliveryBody {
         ("tenant_id", &event.tenant_id, MAX_KEY_LEN),
         ("event_type", &event.event_type, MAX_KEY_LEN),
         ("raw_ref", &event.raw_ref, MAX_RAW_REF_LEN),
+        ("target_entity_id", &event.target_entity_id, usize::MAX),
     ] {
         if value.len() > limit {
             return DeliveryBody::Invalid {

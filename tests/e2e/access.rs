@@ -616,7 +616,7 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             "{backend:?}: {workflows}"
         );
         assert_eq!(workflows["workflows"][0]["id"], "triage");
-        // An acme worker claiming globex's workflow gets nothing; its own, its run.
+        // An acme worker claiming globex's workflow is refused; its own gives its run.
         let (status, claimed) = call(
             &daemon,
             M::POST,
@@ -625,9 +625,10 @@ async fn every_endpoint_enforces_its_scope_and_tenant_limit() {
             Some(&claim_globex),
         )
         .await;
+        // Another tenant's workflow is, to this token, no workflow at all.
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{backend:?}: {claimed}");
         assert_eq!(
-            (status, claimed["claims"].clone()),
-            (StatusCode::OK, json!([])),
+            claimed["detail"], "`workflows` names `globex-triage`, which is no workflow in force",
             "{backend:?}"
         );
         let (_, claimed) = call(

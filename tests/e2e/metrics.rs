@@ -107,6 +107,15 @@ async fn metrics_count_exactly_what_happened_and_pass_promtool() {
         (r#"switchyard_runs_finished_total{status="completed"}"#, 1.0),
         (r#"switchyard_pending_dispatches{target="pull"}"#, 0.0),
         ("switchyard_intake_batch_size_sum", 3.0),
+        // Series nothing moved yet are there from the start, at zero.
+        (
+            r#"switchyard_deliveries_total{source_kind="cloudevents",outcome="routed"}"#,
+            0.0,
+        ),
+        (
+            r#"switchyard_store_unavailable_total{source_kind="slack"}"#,
+            0.0,
+        ),
     ];
     for (key, value) in expect {
         assert_eq!(values.get(key), Some(&value), "{key} in:\n{exposition}");

@@ -508,6 +508,11 @@ async fn bad_claim_requests_are_refused_naming_the_field() {
             (json!({"workflows": ["work"], "wait": "soon"}), "wait"),
             (json!({"workflows": ["work"], "maximum": 5}), "maximum"),
             (json!({"workflows": "work"}), "workflows"),
+            // A workflow that is not in force is named, not claimed from forever.
+            (
+                json!({"workflows": ["work", "no-such-workflow"]}),
+                "`no-such-workflow`, which is no workflow in force",
+            ),
         ];
         for (body, field) in cases {
             let (status, answer) = daemon.post("/v1/claims", &body).await;

@@ -192,6 +192,7 @@ async fn bad_input_is_refused_with_a_specific_error_and_changes_nothing() {
         let mut request = client
             .post(daemon.url("/v1/events"))
             .bearer_auth(super::harness::TOKEN)
+            .header("content-type", "application/json")
             .body(body);
         if let Some(key) = key {
             request = request.header("Idempotency-Key", key);
