@@ -335,14 +335,14 @@ impl Metrics {
     pub fn zero_deliveries(&self, source_kinds: impl IntoIterator<Item = &'static str>) {
         for source_kind in source_kinds {
             for outcome in switchyard_core::Outcome::ALL {
-                self.deliveries.get_or_create(&DeliveryLabels {
+                let _ = self.deliveries.get_or_create(&DeliveryLabels {
                     source_kind,
                     outcome: outcome.as_str(),
                 });
             }
             let kind = SourceKindLabel { source_kind };
-            self.store_unavailable.get_or_create(&kind);
-            self.answer_seconds.get_or_create(&kind);
+            let _ = self.store_unavailable.get_or_create(&kind);
+            let _ = self.answer_seconds.get_or_create(&kind);
         }
     }
 
