@@ -84,12 +84,32 @@ enum Command {
         fail_on_change: bool,
     },
     /// Dry-run one canonical event: which workflow would win and whether its entity is locked.
+    /// With `--source NAME --body FILE`: a raw body as the source's sender sends it, verified
+    /// (unless `--skip-verify`), mapped and explained.
     Route {
         #[arg(long, short)]
         config: PathBuf,
         /// A JSON file with channel, event_type, tenant_id, target_entity_id (payload optional).
-        #[arg(long, short)]
-        event: PathBuf,
+        #[arg(
+            long,
+            short,
+            required_unless_present = "source",
+            conflicts_with = "source"
+        )]
+        event: Option<PathBuf>,
+        /// The `[[source]]` whose sender the body comes from.
+        #[arg(long, requires = "body")]
+        source: Option<String>,
+        /// The raw body, byte for byte as the sender sends it (a JSON webhook, a form post, an
+        /// RFC 5322 message for an email source).
+        #[arg(long, requires = "source")]
+        body: Option<PathBuf>,
+        /// A request header, `Name:Value` (repeatable): signatures, `Origin`, `Content-Type`.
+        #[arg(long = "header", requires = "source")]
+        headers: Vec<String>,
+        /// Map the body without checking its signature (or a form's `Origin`).
+        #[arg(long, requires = "source")]
+        skip_verify: bool,
         /// Explain against a stored past revision (its id or `config_revision` hash, as
         /// `GET /v1/revisions` and the ledger name it) instead of the file's workflows.
         #[arg(long)]
@@ -330,9 +350,31 @@ fn main() -> ExitCode {
             Command::Migrate { config } => switchyard::commands::migrate(config).await,
             Command::Route {
                 config,
-                event,
+                event: Some(event),
                 revision,
+                ..
             } => switchyard::commands::route(&config, &event, revision.as_deref()).await,
+            Command::Route {
+                config,
+                source: Some(source),
+                body: Some(body),
+                headers,
+                skip_verify,
+                revision,
+                ..
+            } => {
+                let args = switchyard::commands::RawArgs {
+                    source: &source,
+                    body: &body,
+                    headers: &headers,
+                    skip_verify,
+                    revision: revision.as_deref(),
+                };
+                switchyard::commands::route_raw(&config, args).await
+            }
+            Command::Route { .. } => Err(anyhow::anyhow!(
+                "route needs --event FILE, or --source NAME --body FILE"
+            )),
             Command::Check {
                 config,
                 candidate: Some(candidate),

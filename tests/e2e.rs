@@ -9,6 +9,7 @@ mod e2e {
     mod authority;
     mod bounded_runs;
     mod browser;
+    mod browser_form;
     mod ceilings;
     mod chaos;
     mod cli;
@@ -21,6 +22,7 @@ mod e2e {
     mod email;
     mod hardening;
     mod hostile;
+    mod json_webhook;
     mod leases;
     mod metrics;
     mod outage;
@@ -42,5 +44,6 @@ mod e2e {
     mod systemd;
     mod traces;
     mod waits;
+    mod web_form;
     mod webhook;
 }

@@ -125,6 +125,7 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
     }
 
     for source in &config.sources {
+        report.warnings.extend(source.settings().warnings());
         if let Some(why) = source.settings().unsigned() {
             report.warnings.push(format!(
                 "INSECURE: {} source `{}` accepts unsigned deliveries ({why}); anyone who can \

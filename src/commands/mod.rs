@@ -1,13 +1,16 @@
-//! The CLI's commands: `serve`, `migrate`, `check`, `route`, `replay`, `schedule`.
+//! The CLI's commands: `serve`, `migrate`, `check`, `route` (of an event or of a source's raw
+//! body), `replay`, `schedule`.
 
 pub(crate) mod check;
 mod replay;
 mod route;
+mod route_raw;
 mod schedule;
 mod serve;
 
 pub use check::check;
 pub use replay::{ReplayArgs, parse_when, replay, what_if};
 pub use route::route;
+pub use route_raw::{RawArgs, route_raw};
 pub use schedule::schedule;
 pub use serve::{migrate, serve};

@@ -32,6 +32,15 @@ fn empty_payload() -> serde_json::Value {
     serde_json::json!({})
 }
 
+/// The event a dry run explains, borrowed.
+struct Event<'a> {
+    channel: Channel,
+    event_type: &'a str,
+    tenant_id: &'a str,
+    target_entity_id: &'a str,
+    payload: &'a serde_json::Value,
+}
+
 /// Prints the dry run's explanation, against the config file or (`revision`, an id or
 /// `config_revision` hash from the ledger) a past revision stored in the database.
 pub async fn route(
@@ -44,13 +53,42 @@ pub async fn route(
         .with_context(|| format!("cannot read {}", event_path.display()))?;
     let event: SampleEvent = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a canonical event", event_path.display()))?;
+    explain_event(
+        &loaded,
+        event.channel,
+        &event.event_type,
+        &event.tenant_id,
+        &event.target_entity_id,
+        &event.payload,
+        revision,
+    )
+    .await
+}
+
+/// Prints which workflow would take this event and why (the end of both dry runs).
+pub(super) async fn explain_event(
+    loaded: &LoadedConfig,
+    channel: Channel,
+    event_type: &str,
+    tenant_id: &str,
+    target_entity_id: &str,
+    payload: &serde_json::Value,
+    revision: Option<&str>,
+) -> anyhow::Result<()> {
+    let event = Event {
+        channel,
+        event_type,
+        tenant_id,
+        target_entity_id,
+        payload,
+    };
     let (revision_label, workflows) = match revision {
         None => (
             format!("config revision {}", loaded.revision),
             loaded.workflows(),
         ),
         Some(wanted) => {
-            let store = open_read_only(&loaded).await?;
+            let store = open_read_only(loaded).await?;
             let stored = store
                 .revision(wanted)
                 .await
@@ -82,10 +120,10 @@ pub async fn route(
     let explained = explain(
         &loaded.revision,
         &workflows,
-        &event.tenant_id,
+        event.tenant_id,
         event.channel,
-        &event.event_type,
-        &event.payload,
+        event.event_type,
+        event.payload,
     );
     for ignored in explained.candidates.iter().filter(|c| c.rank.is_none()) {
         println!(
@@ -136,7 +174,7 @@ pub async fn route(
     }
 
     // The lock is read as it is now, whichever revision explains the choice.
-    match lock_state(&loaded, &event.tenant_id, &event.target_entity_id).await {
+    match lock_state(loaded, event.tenant_id, event.target_entity_id).await {
         Ok(Some((run_id, expires_at))) => println!(
             "outcome: entity_locked (`{}` would be chosen, but run {run_id} holds {} until {})",
             winner.workflow_id,

@@ -2,6 +2,7 @@
 //! secrets named by environment variable into the [`Settings`] the daemon runs on.
 
 mod flow;
+mod lines;
 mod principals;
 mod retention;
 mod revision;
@@ -466,7 +467,11 @@ impl Config {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(ConfigError::Invalid(problems.join("\n")))
+            let located: Vec<String> = problems
+                .into_iter()
+                .map(|problem| lines::locate(problem, text))
+                .collect();
+            Err(ConfigError::Invalid(located.join("\n")))
         }
     }
 }

@@ -13,6 +13,7 @@ use switchyard_cloudevents::CloudEventsSourceConfig;
 use switchyard_core::Channel;
 use switchyard_core::standard_webhooks::SigningKey;
 use switchyard_email::EmailSourceConfig;
+use switchyard_json_webhook::{JsonWebhookSourceConfig, Verifier, WebFormSourceConfig};
 use switchyard_slack::SlackSourceConfig;
 use switchyard_webhook::WebhookSourceConfig;
 
@@ -35,6 +36,10 @@ pub enum SourceConfig {
     /// CloudEvents 1.0 over HTTP on `POST /v1/ingest/cloudevents/{name}`.
     #[serde(rename = "cloudevents")]
     CloudEvents(CloudEventsSourceConfig),
+    /// Any signed JSON webhook, mapped by config, on `POST /v1/ingest/json_webhook/{name}`.
+    JsonWebhook(JsonWebhookSourceConfig),
+    /// A browser-facing form endpoint on `POST /v1/ingest/web_form/{name}`.
+    WebForm(WebFormSourceConfig),
 }
 
 impl SourceConfig {
@@ -45,6 +50,8 @@ impl SourceConfig {
             SourceConfig::Slack(c) => c,
             SourceConfig::Email(c) => c,
             SourceConfig::CloudEvents(c) => c,
+            SourceConfig::JsonWebhook(c) => c,
+            SourceConfig::WebForm(c) => c,
         }
     }
 
@@ -107,6 +114,12 @@ pub trait SourceSettings: Sync {
         None
     }
 
+    /// What `check` should tell the admin about its settings (no errors: those are
+    /// `validate`'s).
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Whether it can produce events of `event_type` on `channel` for `tenant`.
     fn produces(&self, tenant: &str, channel: Channel, event_type: &str) -> bool;
 
@@ -143,6 +156,14 @@ pub enum ResolvedSource {
         /// The Standard Webhooks key publishers sign with; `None`: only the API token admits.
         key: Option<SigningKey>,
     },
+    JsonWebhook {
+        config: Box<JsonWebhookSourceConfig>,
+        /// The preset with every secret in force.
+        verifier: Box<Verifier>,
+    },
+    WebForm {
+        config: WebFormSourceConfig,
+    },
 }
 
 impl std::fmt::Debug for ResolvedSource {
@@ -157,6 +178,10 @@ impl std::fmt::Debug for ResolvedSource {
             ResolvedSource::CloudEvents { config, .. } => {
                 f.debug_tuple("CloudEvents").field(config).finish()
             }
+            ResolvedSource::JsonWebhook { config, .. } => {
+                f.debug_tuple("JsonWebhook").field(config).finish()
+            }
+            ResolvedSource::WebForm { config } => f.debug_tuple("WebForm").field(config).finish(),
         }
     }
 }

@@ -31,6 +31,10 @@ fn env(name: &str) -> Option<String> {
         "ZENDESK_ACME_SECRET",
         "SLACK_SIGNING_SECRET",
         "SUPPORT_IMAP_PASSWORD",
+        "GITHUB_WEBHOOK_SECRET",
+        "STRIPE_WEBHOOK_SECRET",
+        "SHOPIFY_WEBHOOK_SECRET",
+        "INTERCOM_CLIENT_SECRET",
     ]
     .contains(&name)
     .then(|| format!("value-of-{name}"))
@@ -54,7 +58,20 @@ fn the_all_sources_example_parses_and_resolves() {
         .iter()
         .map(SourceConfig::kind)
         .collect();
-    assert_eq!(kinds, ["webhook", "slack", "email", "cloudevents"]);
+    assert_eq!(
+        kinds,
+        [
+            "webhook",
+            "slack",
+            "email",
+            "cloudevents",
+            "json_webhook",
+            "json_webhook",
+            "json_webhook",
+            "json_webhook",
+            "web_form"
+        ]
+    );
     Settings::resolve(loaded, &env).expect("resolves");
 }
 

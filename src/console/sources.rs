@@ -1,9 +1,11 @@
-//! Sources and targets: each configured source (with its tenants and, for mailboxes, the
-//! poller's health) and each target's delivery health and backlog. A tenant-limited viewer
+//! Sources and targets: each configured source (with its tenants, the ingest URL to paste into
+//! its provider, its last delivery and, for mailboxes, the poller's health) and each target's
+//! delivery health and backlog. A tenant-limited viewer
 //! sees the sources of its tenants, each with only its tenants named.
 
 use axum::Router;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::get;
 use switchyard_store::now_millis;
@@ -24,6 +26,18 @@ struct SourceRow {
     tenants: String,
     health: String,
     healthy: bool,
+    /// Where its sender posts (`None`: a polled source).
+    ingest_url: Option<String>,
+    /// Its newest ledger row the viewer may see: when, outcome, detail.
+    last_delivery: Option<LastDelivery>,
+}
+
+#[derive(Debug)]
+struct LastDelivery {
+    id: String,
+    at: String,
+    outcome: String,
+    detail: String,
 }
 
 #[derive(Debug)]
@@ -47,11 +61,16 @@ struct Page {
     targets: Vec<TargetRow>,
 }
 
-async fn page(viewer: Viewer, State(state): State<AppState>) -> Result<Response, ConsoleError> {
+async fn page(
+    viewer: Viewer,
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ConsoleError> {
     viewer.require(Scope::Read)?;
     let live = state.live.current();
     let statuses = state.sources.snapshot();
-    let sources = live
+    let base = base_url(&headers);
+    let mut sources: Vec<SourceRow> = live
         .settings
         .loaded
         .config
@@ -99,9 +118,33 @@ async fn page(viewer: Viewer, State(state): State<AppState>) -> Result<Response,
                 tenants: viewer.principal.visible_tenants(s.tenants()).join(", "),
                 health,
                 healthy,
+                ingest_url: crate::edge::channel_of(s)
+                    .filter(|channel| channel.pollers().is_none())
+                    .map(|_| format!("{base}/v1/ingest/{}/{}", s.kind(), s.name())),
+                last_delivery: None,
             }
         })
         .collect();
+    let tenants = viewer.principal.tenant_filter(None);
+    for row in &mut sources {
+        let filter = switchyard_store::ledger::Filter {
+            tenants: tenants.as_deref(),
+            source: Some(&row.name),
+            ..Default::default()
+        };
+        row.last_delivery = state
+            .store
+            .ledger_page(filter, 1)
+            .await?
+            .into_iter()
+            .next()
+            .map(|last| LastDelivery {
+                id: last.id,
+                at: crate::http::millis_to_rfc3339(last.received_at),
+                outcome: last.outcome,
+                detail: last.detail.unwrap_or_default(),
+            });
+    }
     // Targets serve every tenant's workflows; a tenant-limited viewer sees those its
     // workflows use.
     let used: Vec<&str> = live
@@ -149,4 +192,15 @@ async fn page(viewer: Viewer, State(state): State<AppState>) -> Result<Response,
         targets,
     };
     Ok(render(&page))
+}
+
+/// The daemon's address as the viewer reached it (`X-Forwarded-Proto` and `Host`, as a
+/// reverse proxy passes them), for ingest URLs to paste into a provider.
+fn base_url(headers: &HeaderMap) -> String {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let scheme = header("x-forwarded-proto").unwrap_or("http");
+    match header("host") {
+        Some(host) => format!("{scheme}://{host}"),
+        None => String::new(),
+    }
 }

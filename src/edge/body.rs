@@ -29,8 +29,20 @@ use crate::live::Live;
 pub struct Unverified {
     pub headers: HeaderMap,
     pub body: Bytes,
-    /// The body's share of the budget, given back when the handler is done with it.
-    _reserved: Reservation,
+    /// The body's share of the budget, given back when the handler is done with it (`None`:
+    /// a dry run's request, read from files).
+    _reserved: Option<Reservation>,
+}
+
+impl Unverified {
+    /// A request no client sent (`switchyard route --body`): it holds no budget.
+    pub fn detached(headers: HeaderMap, body: Bytes) -> Self {
+        Self {
+            headers,
+            body,
+            _reserved: None,
+        }
+    }
 }
 
 /// The preamble: the source of `kind` named `name` that `pick` accepts (404 otherwise, the body
@@ -84,7 +96,7 @@ pub async fn receive<'l, S>(
         Unverified {
             headers: parts.headers,
             body,
-            _reserved: reserved,
+            _reserved: Some(reserved),
         },
     ))
 }

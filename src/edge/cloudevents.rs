@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::body::{Unverified, stored_message_key};
 use super::ingest::{Endpoint, Step, Submit, serve};
-use super::{Again, Channel, Stored};
+use super::{Again, Channel, DryRun, DryRunResult, Stored};
 use crate::config::{EnvLookup, ResolvedSource, Scope, SourceConfig, SourceSettings};
 use crate::http::intake_answer::{self, Style};
 use crate::http::{ApiError, AppState};
@@ -76,6 +76,16 @@ impl Channel for CloudEvents {
                     detail: format!("{}: {error}", error.detail()),
                 }),
             },
+        )
+    }
+
+    fn dry_run(&self, source: &ResolvedSource, run: &DryRun<'_>) -> Option<DryRunResult> {
+        super::ingest::dry_run::<CloudEvents>(
+            source,
+            run.name,
+            run.request,
+            run.live,
+            run.skip_verify,
         )
     }
 
@@ -155,6 +165,10 @@ impl Endpoint for CloudEvents {
     /// actor is bound to: the token's name, or `source:<name>`; and the request's headers as
     /// the adapter reads them.
     type Verified<'r> = (Option<Signed>, String, Vec<(&'r str, &'r str)>);
+
+    fn unverified(request: &Unverified) -> Option<Self::Verified<'_>> {
+        Some((None, "dry-run".into(), header_pairs(&request.headers)))
+    }
 
     fn source(source: &ResolvedSource) -> Option<Self::Source<'_>> {
         match source {

@@ -8,9 +8,9 @@ use std::time::Duration;
 use switchyard_core::Channel as EventChannel;
 use switchyard_email::EmailSourceConfig;
 
-use super::{Again, Channel, StartPollers, Stored};
+use super::{Again, Channel, DryRun, DryRunResult, StartPollers, Stored};
 use crate::config::{EnvLookup, ResolvedSource, SourceConfig, SourceSettings};
-use crate::intake::DeliveryBody;
+use crate::intake::{Delivery, DeliveryBody, digest_id};
 
 const KIND: &str = "email";
 
@@ -47,6 +47,33 @@ impl Channel for Email {
 
     fn stored_here(&self, content_type: &str) -> bool {
         content_type == CONTENT_TYPE
+    }
+
+    /// A raw RFC 5322 message, as the poller would fetch it (no IMAP position: UID 0).
+    fn dry_run(&self, source: &ResolvedSource, run: &DryRun<'_>) -> Option<DryRunResult> {
+        let ResolvedSource::Email { config, .. } = source else {
+            return None;
+        };
+        let intake_id = uuid::Uuid::now_v7();
+        let body = &run.request.body;
+        Some(Ok(
+            match switchyard_email::normalize(body, config, 0, 0, &Delivery::raw_ref(intake_id)) {
+                Ok(normalized) => Delivery::new(
+                    intake_id,
+                    run.name,
+                    normalized.delivery_id,
+                    normalized.disposition.into(),
+                ),
+                Err(error) => Delivery::new(
+                    intake_id,
+                    run.name,
+                    digest_id(body),
+                    DeliveryBody::Invalid {
+                        detail: format!("{}: {error}", error.detail()),
+                    },
+                ),
+            },
+        ))
     }
 }
 

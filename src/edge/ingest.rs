@@ -58,6 +58,12 @@ pub trait Endpoint: 'static {
         request: &'r Unverified,
     ) -> Step<(Delivery, Submit)>;
 
+    /// What `switchyard route --skip-verify` hands `normalize` in place of a verified request;
+    /// `None`: this endpoint cannot normalise a request it did not verify.
+    fn unverified(_request: &Unverified) -> Option<Self::Verified<'_>> {
+        None
+    }
+
     /// The content type its raw bytes are stored under (replay reads them back by it).
     fn content_type(_headers: &HeaderMap) -> String {
         "application/json".into()
@@ -125,4 +131,39 @@ fn decide<E: Endpoint>(
         bytes: request.body.clone(),
     });
     Ok((delivery, submit))
+}
+
+/// A dry run of endpoint `E` on a request read from files (`switchyard route --body`): verified
+/// (or, with `skip_verify`, not) and normalised exactly as `serve` does, never submitted.
+/// `None` when `resolved` is not of `E`'s kind; `Err` is the answer a sender would get.
+#[allow(clippy::result_large_err)] // `Step`'s answer, see there.
+pub fn dry_run<E: Endpoint>(
+    resolved: &ResolvedSource,
+    name: &str,
+    request: &Unverified,
+    live: &Live,
+    skip_verify: bool,
+) -> Option<Step<Delivery>> {
+    let source = E::source(resolved)?;
+    let verified = if skip_verify {
+        match E::unverified(request) {
+            Some(verified) => verified,
+            None => {
+                return Some(Err(intake_answer::refuse(
+                    switchyard_core::Outcome::UnauthorizedSource,
+                    format!("{} endpoints cannot be read without verifying", E::KIND),
+                    Style::Standard,
+                )));
+            }
+        }
+    } else {
+        match E::verify(source, name, request, live) {
+            Ok(verified) => verified,
+            Err(refused) => return Some(Err(refused)),
+        }
+    };
+    Some(
+        E::normalize(source, verified, name.to_owned(), Uuid::now_v7(), request)
+            .map(|(delivery, _)| delivery),
+    )
 }

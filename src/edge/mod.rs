@@ -14,9 +14,11 @@ mod body;
 mod cloudevents;
 mod email;
 mod ingest;
+mod json_webhook;
 mod pollers;
 pub mod schedule;
 mod slack;
+mod web_form;
 mod webhook;
 
 use axum::Router;
@@ -24,7 +26,9 @@ use axum::middleware::from_fn;
 
 pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
 
-use crate::config::{ServerConfig, SourceConfig};
+pub use body::Unverified;
+
+use crate::config::{ResolvedSource, ServerConfig, SourceConfig};
 use crate::http::AppState;
 use crate::http::intake_answer;
 pub use crate::replay::{Again, Rereader, Stored};
@@ -35,6 +39,8 @@ pub static CHANNELS: &[&dyn Channel] = &[
     &slack::Slack,
     &email::Email,
     &cloudevents::CloudEvents,
+    &json_webhook::JsonWebhook,
+    &web_form::WebForm,
     &schedule::Schedule,
 ];
 
@@ -72,6 +78,13 @@ pub trait Channel: Sync {
     /// checked again: the delivery was authenticated when received.
     fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again>;
 
+    /// A request read from files (`switchyard route --source --body`), verified (unless
+    /// `skip_verify`) and normalised as a delivery would be, never submitted; `None` when
+    /// `source` is not of this channel. `Err` is the answer its sender would get.
+    fn dry_run(&self, _source: &ResolvedSource, _request: &DryRun<'_>) -> Option<DryRunResult> {
+        None
+    }
+
     /// Whether its HTTP endpoints authenticate by signature alone, never by a bearer token: the
     /// failure throttle then never blocks their senders (shared egress addresses) for someone
     /// else's failed tokens.
@@ -85,6 +98,18 @@ pub trait Channel: Sync {
         false
     }
 }
+
+/// A request read from files, for [`Channel::dry_run`].
+#[derive(Debug)]
+pub struct DryRun<'a> {
+    pub name: &'a str,
+    pub request: &'a Unverified,
+    pub live: &'a crate::live::Live,
+    pub skip_verify: bool,
+}
+
+/// What a dry run made of a request: the delivery, or the answer its sender would get.
+pub type DryRunResult = Result<crate::intake::Delivery, axum::response::Response>;
 
 /// The registration of `source`'s channel.
 pub fn channel_of(source: &SourceConfig) -> Option<&'static dyn Channel> {

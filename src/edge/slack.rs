@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use super::body::Unverified;
 use super::ingest::{Endpoint, Step, Submit, serve};
-use super::{Again, Channel, Stored};
+use super::{Again, Channel, DryRun, DryRunResult, Stored};
 use crate::config::{EnvLookup, ResolvedSource, SourceConfig, SourceSettings};
 use crate::http::AppState;
 use crate::http::intake_answer::{self, Style};
@@ -52,6 +52,11 @@ impl Channel for Slack {
 
     fn signed_only(&self) -> bool {
         true
+    }
+
+    /// The Events API endpoint's (a button click's form body is no Events API request).
+    fn dry_run(&self, source: &ResolvedSource, run: &DryRun<'_>) -> Option<DryRunResult> {
+        super::ingest::dry_run::<Slack>(source, run.name, run.request, run.live, run.skip_verify)
     }
 
     fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again> {
@@ -171,6 +176,10 @@ impl Endpoint for Slack {
     const KIND: &'static str = KIND;
     type Source<'l> = (&'l SlackSourceConfig, &'l str);
     type Verified<'r> = ();
+
+    fn unverified(_request: &Unverified) -> Option<()> {
+        Some(())
+    }
 
     fn source(source: &ResolvedSource) -> Option<Self::Source<'_>> {
         slack_source(source)

@@ -75,6 +75,7 @@ fn each_source_names_the_kind_it_was_configured_as_and_finds_its_channel() {
         .collect();
     let mut covered: Vec<&str> = written.clone();
     covered.sort_unstable();
+    covered.dedup();
     let mut kinds = configurable_kinds();
     kinds.sort_unstable();
     assert_eq!(covered, kinds, "examples/all-sources.toml shows every kind");
@@ -126,6 +127,8 @@ fn stored_bytes_tell_which_kind_received_them_only_where_a_kind_says_so() {
         ["cloudevents"]
     );
     assert!(claimed("application/json").is_empty());
+    assert_eq!(claimed("application/x-www-form-urlencoded"), ["web_form"]);
+    assert_eq!(claimed("multipart/form-data; boundary=x"), ["web_form"]);
 }
 
 #[test]

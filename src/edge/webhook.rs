@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::body::{Unverified, stored_message_key};
 use super::ingest::{Endpoint, Step, Submit, serve};
-use super::{Again, Channel, Stored};
+use super::{Again, Channel, DryRun, DryRunResult, Stored};
 use crate::config::{EnvLookup, ResolvedSource, SourceConfig, SourceSettings};
 use crate::http::AppState;
 use crate::http::intake_answer::{self, Style};
@@ -39,6 +39,10 @@ impl Channel for Webhook {
 
     fn signed_only(&self) -> bool {
         true
+    }
+
+    fn dry_run(&self, source: &ResolvedSource, run: &DryRun<'_>) -> Option<DryRunResult> {
+        super::ingest::dry_run::<Webhook>(source, run.name, run.request, run.live, run.skip_verify)
     }
 
     fn renormalize(&self, source: &SourceConfig, stored: &Stored<'_>) -> Option<Again> {
@@ -119,6 +123,10 @@ impl Endpoint for Webhook {
     type Source<'l> = (&'l WebhookSourceConfig, Option<&'l str>);
     /// What Zendesk signed; `None` for a source that skips signatures.
     type Verified<'r> = Option<Signed>;
+
+    fn unverified(_request: &Unverified) -> Option<Option<Signed>> {
+        Some(None)
+    }
 
     fn source(source: &ResolvedSource) -> Option<Self::Source<'_>> {
         match source {

@@ -276,6 +276,17 @@ pub(super) fn decide(
                 live,
                 now,
             ),
+            DeliveryBody::Refused {
+                outcome,
+                detail,
+                event,
+            } => ledger_row(
+                delivery,
+                event.as_ref(),
+                Fields::outcome(*outcome, Some(detail.clone())),
+                live,
+                now,
+            ),
         };
         // The first delivery of a message that routes claims it.
         let claims_message = row.outcome == Outcome::Routed.as_str();

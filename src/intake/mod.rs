@@ -91,6 +91,14 @@ pub enum DeliveryBody {
     },
     /// Authenticated but not normalisable; recorded as `invalid_event`.
     Invalid { detail: String },
+    /// Refused at the edge for what the request was, not what it says (a web form posted from
+    /// a foreign `Origin`, a client over its rate), and recorded with that `outcome` and the
+    /// event its body would have made, if any. Never routed.
+    Refused {
+        outcome: switchyard_core::Outcome,
+        detail: String,
+        event: Option<Event>,
+    },
 }
 
 /// A mailbox cursor position to store with the delivery.
@@ -195,6 +203,18 @@ fn bounded_body(body: DeliveryBody) -> DeliveryBody {
                 event: Some(event),
             }
         }
+        DeliveryBody::Refused {
+            outcome,
+            detail,
+            event: Some(mut event),
+        } => {
+            event.target_entity_id = bounded_key(event.target_entity_id);
+            DeliveryBody::Refused {
+                outcome,
+                detail,
+                event: Some(event),
+            }
+        }
         other => other,
     }
 }
@@ -221,7 +241,9 @@ impl DeliveryBody {
     pub fn event(&self) -> Option<&Event> {
         match self {
             DeliveryBody::Route(event) => Some(event),
-            DeliveryBody::Ineligible { event, .. } => event.as_ref(),
+            DeliveryBody::Ineligible { event, .. } | DeliveryBody::Refused { event, .. } => {
+                event.as_ref()
+            }
             DeliveryBody::Invalid { .. } => None,
         }
     }

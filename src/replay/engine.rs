@@ -310,6 +310,12 @@ pub async fn decide(
                     (DeliveryBody::Ineligible { detail, .. }, _) => {
                         (Outcome::Ineligible, None, None, Some(detail.clone()))
                     }
+                    (
+                        DeliveryBody::Refused {
+                            outcome, detail, ..
+                        },
+                        _,
+                    ) => (*outcome, None, None, Some(detail.clone())),
                     (DeliveryBody::Route(_), Choice::NoTrigger) => {
                         (Outcome::NoTriggerMatch, None, None, None)
                     }

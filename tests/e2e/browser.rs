@@ -35,13 +35,13 @@ const TICKET_CREATED: &str =
     include_str!("../../adapters/webhook/tests/fixtures/ticket_created.json");
 
 /// chromedriver on a free loopback port, stopped on drop.
-struct Driver {
+pub(super) struct Driver {
     child: Child,
     port: u16,
 }
 
 impl Driver {
-    fn start() -> Option<Driver> {
+    pub(super) fn start() -> Option<Driver> {
         if !std::path::Path::new(CHROMEDRIVER).exists() || !std::path::Path::new(CHROMIUM).exists()
         {
             assert!(
@@ -72,7 +72,7 @@ impl Driver {
         Some(Driver { child, port })
     }
 
-    async fn browser(&self) -> Client {
+    pub(super) async fn browser(&self) -> Client {
         let mut caps = serde_json::Map::new();
         caps.insert(
             "goog:chromeOptions".into(),
@@ -105,7 +105,7 @@ fn screenshots() -> PathBuf {
     dir
 }
 
-async fn shoot(browser: &Client, name: &str) {
+pub(super) async fn shoot(browser: &Client, name: &str) {
     let png = browser.screenshot().await.expect("screenshot");
     std::fs::write(screenshots().join(format!("{name}.png")), png).expect("save screenshot");
 }

@@ -372,6 +372,10 @@ fn check_warns_when_the_ledger_outlives_no_retry_window() {
             .env("ZENDESK_ACME_SECRET", "s")
             .env("SLACK_SIGNING_SECRET", "s")
             .env("SUPPORT_IMAP_PASSWORD", "s")
+            .env("GITHUB_WEBHOOK_SECRET", "s")
+            .env("STRIPE_WEBHOOK_SECRET", "s")
+            .env("SHOPIFY_WEBHOOK_SECRET", "s")
+            .env("INTERCOM_CLIENT_SECRET", "s")
             .env(
                 "TRIAGE_WORKER_SECRET",
                 "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
@@ -392,8 +396,8 @@ fn check_warns_when_the_ledger_outlives_no_retry_window() {
     let warnings = check("1m");
     assert_eq!(
         warnings.len(),
-        3,
-        "slack, webhook and cloudevents: {warnings:?}"
+        7,
+        "slack, webhook, cloudevents and the four json_webhooks: {warnings:?}"
     );
     assert!(
         warnings
@@ -403,7 +407,7 @@ fn check_warns_when_the_ledger_outlives_no_retry_window() {
         "{warnings:?}"
     );
     let warnings = check("1h");
-    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert_eq!(warnings.len(), 6, "{warnings:?}");
     assert!(
         warnings[0].contains("webhook source `zendesk-acme`"),
         "{warnings:?}"
@@ -412,5 +416,19 @@ fn check_warns_when_the_ledger_outlives_no_retry_window() {
         warnings[1].contains("cloudevents source `billing`"),
         "{warnings:?}"
     );
-    assert!(check("2d").is_empty(), "email never warns");
+    assert!(
+        warnings[3].contains("json_webhook source `stripe-payments`"),
+        "{warnings:?}"
+    );
+    let warnings = check("2d");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "only Stripe retries for longer: {warnings:?}"
+    );
+    assert!(
+        warnings[0].contains("Stripe retries for up to three days"),
+        "{warnings:?}"
+    );
+    assert!(check("4d").is_empty(), "email never warns");
 }
