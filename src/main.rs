@@ -51,6 +51,18 @@ enum LogFormat {
 }
 
 #[derive(Debug, Subcommand)]
+enum MailboxCommand {
+    /// Sign in to one email source once (token, connect, sign-in, select) and report.
+    Test {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The email source's `name`.
+        #[arg(long, short)]
+        source: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum Command {
     /// Run the daemon (SIGHUP reloads the config; SIGTERM/SIGINT stop it gracefully).
     Serve {
@@ -82,6 +94,12 @@ enum Command {
         /// Exit 1 when any delivery would come out differently (for CI in a config repo).
         #[arg(long, requires = "against_ledger")]
         fail_on_change: bool,
+    },
+    /// Mailbox sources: `mailbox test --config F --source S` signs in once and reports the
+    /// mailbox's message count and UIDVALIDITY, or which step failed.
+    Mailbox {
+        #[command(subcommand)]
+        command: MailboxCommand,
     },
     /// Dry-run one canonical event: which workflow would win and whether its entity is locked.
     /// With `--source NAME --body FILE`: a raw body as the source's sender sends it, verified
@@ -382,6 +400,9 @@ fn main() -> ExitCode {
                 fail_on_change,
             } => what_if(config.as_deref(), &candidate, span, fail_on_change).await,
             Command::Check { .. } | Command::Schedule { .. } => Ok(()),
+            Command::Mailbox {
+                command: MailboxCommand::Test { config, source },
+            } => switchyard::commands::mailbox_test(&config, &source).await,
             Command::Replay {
                 config,
                 since,

@@ -100,6 +100,12 @@ pub struct BuildLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthFailureLabels {
+    pub source: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RevisionLabel {
     pub revision: String,
 }
@@ -129,6 +135,8 @@ pub struct Metrics {
     pub poller_up: Family<SourceLabel, Gauge>,
     pub poller_last_success: Family<SourceLabel, Gauge>,
     pub poller_failures: Family<SourceLabel, Gauge>,
+    pub poller_auth_failing: Family<AuthFailureLabels, Gauge>,
+    pub mailbox_left_behind: Family<SourceLabel, Gauge>,
     pub config_revision: Family<RevisionLabel, Gauge>,
 }
 
@@ -272,6 +280,18 @@ impl Metrics {
             "Polls that failed in a row",
             poller_failures.clone(),
         );
+        let poller_auth_failing = Family::<AuthFailureLabels, Gauge>::default();
+        registry.register(
+            "mailbox_auth_failing",
+            "1 while a mailbox cannot sign in with OAuth2, by source and reason",
+            poller_auth_failing.clone(),
+        );
+        let mailbox_left_behind = Family::<SourceLabel, Gauge>::default();
+        registry.register(
+            "mailbox_left_behind_messages",
+            "Messages a mailbox's first connection left behind (start_from)",
+            mailbox_left_behind.clone(),
+        );
         let config_revision = Family::<RevisionLabel, Gauge>::default();
         registry.register(
             "config_revision",
@@ -310,6 +330,8 @@ impl Metrics {
             poller_up,
             poller_last_success,
             poller_failures,
+            poller_auth_failing,
+            mailbox_left_behind,
             config_revision,
         }
     }

@@ -20,6 +20,8 @@ mod e2e {
     mod console;
     mod dispatch;
     mod email;
+    mod email_oauth;
+    mod email_start;
     mod hardening;
     mod hostile;
     mod json_webhook;

@@ -15,6 +15,7 @@ mod m0009_waits;
 mod m0010_replays;
 mod m0011_light_run_indexes;
 mod m0012_delivery_scope;
+mod m0015_mailbox_oauth;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0010_replays::Migration),
             Box::new(m0011_light_run_indexes::Migration),
             Box::new(m0012_delivery_scope::Migration),
+            Box::new(m0015_mailbox_oauth::Migration),
         ]
     }
 }

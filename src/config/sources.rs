@@ -149,7 +149,8 @@ pub enum ResolvedSource {
     },
     Email {
         config: EmailSourceConfig,
-        password: String,
+        /// The password, or the OAuth2 secrets.
+        credentials: switchyard_email::Credentials,
     },
     CloudEvents {
         config: CloudEventsSourceConfig,

@@ -26,6 +26,8 @@ struct SourceRow {
     tenants: String,
     health: String,
     healthy: bool,
+    /// For a mailbox: where reading started and how many messages were left behind.
+    started: String,
     /// Where its sender posts (`None`: a polled source).
     ingest_url: Option<String>,
     /// Its newest ledger row the viewer may see: when, outcome, detail.
@@ -81,7 +83,7 @@ async fn page(
             let (health, healthy) = match (s.kind(), statuses.get(s.name())) {
                 ("email", Some(status)) => (
                     format!(
-                        "{}{}; last poll {}; {} failure{} in a row{}",
+                        "{}{}; last poll {}; {} failure{} in a row{}{}",
                         if status.connected {
                             "connected"
                         } else {
@@ -102,6 +104,10 @@ async fn page(
                             "s"
                         },
                         status
+                            .auth_failure
+                            .as_ref()
+                            .map_or(String::new(), |kind| format!("; cannot sign in: {kind}")),
+                        status
                             .last_error
                             .as_ref()
                             .map_or(String::new(), |e| format!("; last error: {e}"))
@@ -111,7 +117,21 @@ async fn page(
                 ("email", None) => ("poller not started".into(), false),
                 _ => ("receives signed HTTP deliveries".into(), true),
             };
+            let started = statuses
+                .get(s.name())
+                .and_then(|status| status.started.as_ref())
+                .map_or(String::new(), |p| {
+                    format!(
+                        "{} (from UID {}, {}); {} message{} left behind",
+                        p.start_from,
+                        p.first_uid,
+                        p.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                        p.left_behind,
+                        if p.left_behind == 1 { "" } else { "s" }
+                    )
+                });
             SourceRow {
+                started,
                 kind: s.kind().to_owned(),
                 name: s.name().to_owned(),
                 // A shared Slack source serves several tenants: name only the viewer's.

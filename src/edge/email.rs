@@ -2,11 +2,15 @@
 //! (`mailbox::Mailboxes`, which records each fetched message through intake), never over HTTP.
 
 mod mailbox;
+mod probe;
+
+pub use mailbox::StoredTokens;
+pub use probe::mailbox_test;
 
 use std::time::Duration;
 
 use switchyard_core::Channel as EventChannel;
-use switchyard_email::EmailSourceConfig;
+use switchyard_email::{Auth, Credentials, EmailSourceConfig};
 
 use super::{Again, Channel, DryRun, DryRunResult, StartPollers, Stored};
 use crate::config::{EnvLookup, ResolvedSource, SourceConfig, SourceSettings};
@@ -95,8 +99,16 @@ impl SourceSettings for EmailSourceConfig {
     }
 
     fn resolve(&self, env: EnvLookup<'_>) -> Result<ResolvedSource, String> {
+        let credentials = match (&self.auth, &self.oauth2) {
+            (Auth::Oauth2, Some(oauth2)) => Credentials::OAuth2(Box::new(
+                oauth2
+                    .resolve(env)
+                    .map_err(|error| format!("{KIND} source `{}`: {error}", self.name))?,
+            )),
+            _ => Credentials::Password(self.secret(env, &self.password_env)?),
+        };
         Ok(ResolvedSource::Email {
-            password: self.secret(env, &self.password_env)?,
+            credentials,
             config: self.clone(),
         })
     }

@@ -7,7 +7,8 @@
 //! share are written once (`ingest`, `body`), and so is the supervision of pollers (`pollers`).
 //!
 //! Invariant: outside `edge/` and the `SourceConfig` enum nothing names a channel (but the
-//! console's sources page, which renders `email`'s poller status); the server, the daemon's
+//! console's sources page, which renders `email`'s poller status, and the `mailbox test`
+//! command, which calls [`mailbox_test`]); the server, the daemon's
 //! pollers, replay, `check`, metrics and spans find every channel in [`CHANNELS`], once each.
 
 mod body;
@@ -24,6 +25,7 @@ mod webhook;
 use axum::Router;
 use axum::middleware::from_fn;
 
+pub use email::mailbox_test;
 pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
 
 pub use body::Unverified;

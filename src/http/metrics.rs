@@ -11,7 +11,9 @@ use axum::routing::get;
 use switchyard_store::now_millis;
 
 use super::{ApiError, AppState};
-use crate::metrics::{RevisionLabel, SourceLabel, TargetLabel, WriterLabel, metrics};
+use crate::metrics::{
+    AuthFailureLabels, RevisionLabel, SourceLabel, TargetLabel, WriterLabel, metrics,
+};
 
 /// `/metrics` without a token: what `server.metrics_listen` serves.
 pub fn router() -> Router<AppState> {
@@ -67,7 +69,25 @@ async fn scrape(
             })
             .set(i64::try_from(writer.queue_depth).unwrap_or(i64::MAX));
     }
+    metrics.poller_auth_failing.clear();
     for (source, status) in state.sources.snapshot() {
+        if let Some(reason) = &status.auth_failure {
+            metrics
+                .poller_auth_failing
+                .get_or_create(&AuthFailureLabels {
+                    source: source.clone(),
+                    reason: reason.clone(),
+                })
+                .set(1);
+        }
+        if let Some(started) = &status.started {
+            metrics
+                .mailbox_left_behind
+                .get_or_create(&SourceLabel {
+                    source: source.clone(),
+                })
+                .set(i64::from(started.left_behind));
+        }
         let label = SourceLabel { source };
         metrics
             .poller_up

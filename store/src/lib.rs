@@ -25,6 +25,7 @@ pub mod intake;
 pub mod leases;
 pub mod ledger;
 pub mod mailbox;
+mod mailbox_start;
 pub mod members;
 pub mod outbox;
 pub mod replays;

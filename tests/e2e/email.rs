@@ -11,12 +11,12 @@ use tokio::sync::RwLock;
 use super::harness::{Backend, Daemon, TestDb, config, in_ci, unique};
 
 /// Tests that stop Dovecot take this for writing; all others for reading.
-static SERVER: RwLock<()> = RwLock::const_new(());
+pub(super) static SERVER: RwLock<()> = RwLock::const_new(());
 const USER: &str = "support@example.com";
 const PASSWORD: &str = "secret";
 
 /// The Dovecot address, or `None` (after saying so) when there is none and this is not CI.
-fn imap_server() -> Option<String> {
+pub(super) fn imap_server() -> Option<String> {
     match std::env::var("SWITCHYARD_TEST_IMAP") {
         Ok(addr) => Some(addr),
         Err(_) => {
@@ -33,9 +33,9 @@ fn imap_server() -> Option<String> {
     }
 }
 
-type Client = Session<TcpStream>;
+pub(super) type Client = Session<TcpStream>;
 
-async fn imap(addr: &str) -> Client {
+pub(super) async fn imap(addr: &str) -> Client {
     let tcp = TcpStream::connect(addr).await.expect("connect to Dovecot");
     let mut client = async_imap::Client::new(tcp);
     client
@@ -50,27 +50,27 @@ async fn imap(addr: &str) -> Client {
         .expect("login")
 }
 
-async fn recreate(client: &mut Client, mailbox: &str) {
+pub(super) async fn recreate(client: &mut Client, mailbox: &str) {
     let _ = client.delete(mailbox).await;
     client.create(mailbox).await.expect("create mailbox");
 }
 
 /// A new, empty mailbox with a unique name, a unique source name to read it as, and a client.
-async fn fresh_mailbox(addr: &str) -> (String, String, Client) {
+pub(super) async fn fresh_mailbox(addr: &str) -> (String, String, Client) {
     let (source, mailbox) = (unique("inbox"), unique("box"));
     let mut client = imap(addr).await;
     recreate(&mut client, &mailbox).await;
     (source, mailbox, client)
 }
 
-async fn append(client: &mut Client, mailbox: &str, raw: &[u8]) {
+pub(super) async fn append(client: &mut Client, mailbox: &str, raw: &[u8]) {
     client
         .append(mailbox, None, None, raw)
         .await
         .expect("append");
 }
 
-fn message(tag: &str, n: u32, headers: &str) -> Vec<u8> {
+pub(super) fn message(tag: &str, n: u32, headers: &str) -> Vec<u8> {
     format!(
         "From: Customer {n} <customer{n}@customer.example>\r\nTo: support@example.com\r\n\
          Subject: {tag} message {n}\r\nDate: Tue, 10 Nov 2026 09:15:00 +0100\r\n\
@@ -97,6 +97,8 @@ username = "{USER}"
 password_env = "SUPPORT_IMAP_PASSWORD"
 mailbox = "{mailbox}"
 poll_interval = "200ms"
+# These tests append mail before the first connection and expect all of it.
+start_from = "beginning"
 
 [[workflow]]
 id = "mail-triage"
@@ -117,7 +119,12 @@ async fn start(db: &TestDb, text: &str) -> Daemon {
 }
 
 /// Polls the ledger of `source` until it has `count` rows (or fails after `limit`).
-async fn wait_for_rows(daemon: &Daemon, source: &str, count: usize, limit: Duration) -> Vec<Value> {
+pub(super) async fn wait_for_rows(
+    daemon: &Daemon,
+    source: &str,
+    count: usize,
+    limit: Duration,
+) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let rows = daemon.intake(&format!("source={source}&limit=1000")).await;
@@ -134,7 +141,7 @@ async fn wait_for_rows(daemon: &Daemon, source: &str, count: usize, limit: Durat
     }
 }
 
-fn outcomes(rows: &[Value]) -> Vec<String> {
+pub(super) fn outcomes(rows: &[Value]) -> Vec<String> {
     let mut rows: Vec<&Value> = rows.iter().collect();
     rows.sort_by_key(|r| r["id"].as_str().map(str::to_owned));
     rows.iter()

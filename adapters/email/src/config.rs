@@ -10,6 +10,19 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
+use crate::oauth::OAuth2Config;
+use crate::start::StartFrom;
+
+/// How an email source signs in to its IMAP server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Auth {
+    /// `LOGIN` with the password in `password_env`.
+    #[default]
+    Password,
+    /// SASL `XOAUTH2` or `OAUTHBEARER` with an access token from `[source.oauth2]`.
+    Oauth2,
+}
 
 /// One IMAP mailbox read as a source. The daemon's config wraps this in its `kind = "email"`
 /// variant, so `kind` is not a field here.
@@ -32,10 +45,21 @@ pub struct EmailSourceConfig {
     /// usual public roots are always trusted.
     #[serde(default)]
     pub tls_ca_file: Option<PathBuf>,
-    /// The IMAP login name.
+    /// The IMAP login name (with `oauth2`: the mailbox the token is for).
     pub username: String,
-    /// The name of the environment variable that holds the IMAP password.
+    /// How the session signs in: `password` (default) or `oauth2` (SASL XOAUTH2/OAUTHBEARER).
+    #[serde(default)]
+    pub auth: Auth,
+    /// The name of the environment variable that holds the IMAP password (`auth = "password"`).
+    #[serde(default)]
     pub password_env: String,
+    /// Where the access token comes from (`auth = "oauth2"`).
+    #[serde(default)]
+    pub oauth2: Option<Box<OAuth2Config>>,
+    /// Where a mailbox seen for the first time starts: `now` (default), `beginning` or an
+    /// RFC 3339 date.
+    #[serde(default)]
+    pub start_from: StartFrom,
     /// The mailbox to read; default `INBOX`.
     #[serde(default = "default_mailbox")]
     pub mailbox: String,
@@ -90,7 +114,10 @@ impl EmailSourceConfig {
             security: Security::default(),
             tls_ca_file: None,
             username: username.into(),
+            auth: Auth::Password,
             password_env: password_env.into(),
+            oauth2: None,
+            start_from: StartFrom::default(),
             mailbox: default_mailbox(),
             poll_interval: default_poll_interval(),
             idle: true,
@@ -126,12 +153,23 @@ impl EmailSourceConfig {
             ("tenant", &self.tenant),
             ("host", &self.host),
             ("username", &self.username),
-            ("password_env", &self.password_env),
             ("mailbox", &self.mailbox),
         ] {
             if value.trim().is_empty() {
                 return Err(ConfigError::Empty(field));
             }
+        }
+        match (self.auth, &self.oauth2) {
+            (Auth::Password, None) if self.password_env.trim().is_empty() => {
+                return Err(ConfigError::Empty("password_env"));
+            }
+            (Auth::Password, None) => {}
+            (Auth::Password, Some(_)) => return Err(ConfigError::OAuth2WithoutAuth),
+            (Auth::Oauth2, None) => return Err(ConfigError::OAuth2Missing),
+            (Auth::Oauth2, Some(_)) if !self.password_env.is_empty() => {
+                return Err(ConfigError::PasswordWithOAuth2);
+            }
+            (Auth::Oauth2, Some(oauth2)) => oauth2.validate()?,
         }
         if self.port == Some(0) {
             return Err(ConfigError::ZeroPort);

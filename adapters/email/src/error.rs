@@ -42,6 +42,47 @@ pub enum ConfigError {
     },
     #[error("`tls_ca_file` {path} holds no PEM certificate")]
     CaFileEmpty { path: PathBuf },
+    #[error("`[source.oauth2]` is set but `auth` is not \"oauth2\"")]
+    OAuth2WithoutAuth,
+    #[error("`auth = \"oauth2\"` needs a `[source.oauth2]` table")]
+    OAuth2Missing,
+    #[error("`password_env` is for `auth = \"password\"`; with `oauth2` remove it")]
+    PasswordWithOAuth2,
+    #[error("`oauth2.{key}` is required for flow `{flow}`")]
+    OAuth2KeyMissing {
+        flow: &'static str,
+        key: &'static str,
+    },
+    #[error("`oauth2.{key}` does not apply to flow `{flow}`")]
+    OAuth2KeyNotForFlow {
+        flow: &'static str,
+        key: &'static str,
+    },
+    #[error("`oauth2.{key}` must be an https URL (http only on loopback), got `{url}`")]
+    OAuth2BadUrl { key: &'static str, url: String },
+    #[error("`oauth2.{0}` must not be empty")]
+    OAuth2Empty(&'static str),
+    #[error("`oauth2.client_secret_env` and `oauth2.private_key_file` are alternatives; set one")]
+    OAuth2SecretOrCertificate,
+    #[error("`oauth2.certificate_file` and `oauth2.private_key_file` go together")]
+    OAuth2CertificatePair,
+    #[error("environment variable `{0}` is not set")]
+    EnvMissing(String),
+    #[error("{what} {path} cannot be read")]
+    FileUnreadable {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} {path} is not usable: {detail}")]
+    FileInvalid {
+        what: &'static str,
+        path: PathBuf,
+        detail: String,
+    },
+    #[error("`start_from` must be now, beginning or an RFC 3339 date, got `{0}`")]
+    BadStartFrom(String),
 }
 
 /// Why a fetched message cannot be normalised; the daemon records it as `invalid_event` (with
@@ -155,6 +196,19 @@ pub enum SessionError {
         #[source]
         source: async_imap::error::Error,
     },
+    #[error("the IMAP server refused the OAuth2 token of `{user}` ({mechanism}){}", server.as_deref().map(|s| format!(": {s}")).unwrap_or_default())]
+    TokenRefused {
+        user: String,
+        mechanism: &'static str,
+        /// The server's error challenge (JSON), if it sent one.
+        server: Option<String>,
+        #[source]
+        source: async_imap::error::Error,
+    },
+    #[error("auth = \"oauth2\" needs a [source.oauth2] table")]
+    NoOAuth2Table,
+    #[error("cannot get an OAuth2 access token")]
+    Token(#[from] crate::oauth::TokenError),
     #[error("IMAP {command} failed")]
     Imap {
         command: &'static str,
@@ -173,6 +227,15 @@ pub enum SessionError {
 }
 
 impl SessionError {
+    /// With OAuth2: the stable word for a sign-in failure (see `SourceStatus::auth_failure`).
+    pub fn auth_failure(&self) -> Option<&'static str> {
+        match self {
+            SessionError::Token(error) => Some(error.kind()),
+            SessionError::TokenRefused { .. } => Some("imap_refused_token"),
+            _ => None,
+        }
+    }
+
     /// The message with its causes, for `last_error` and logs (`Display` alone hides them).
     pub fn chain(&self) -> String {
         let mut text = self.to_string();

@@ -7,9 +7,11 @@
 //! cursors, raw storage and the ledger stay in the daemon, and no daemon type appears here.
 //!
 //! Behaviour worth knowing:
-//! - A source without a cursor starts at UID 1: mail already in the mailbox when the source is
-//!   first configured is delivered too (use a dedicated mailbox, or `after_intake`, to keep
-//!   the history out).
+//! - A source without a cursor starts where `start_from` says: `now` (default, the cursor is
+//!   put at `UIDNEXT`, mail already there is left behind and counted), `beginning` (UID 1) or
+//!   a date (the messages received since then). The start is recorded through the sink.
+//! - `auth = "oauth2"` signs in with SASL XOAUTH2/OAUTHBEARER; the token is fetched (by the
+//!   lease holder only) before the login and the session is renewed before the token expires.
 //! - Every message the cursor passes is delivered exactly once to the sink, in UID order,
 //!   whatever its disposition: routed, ineligible, or unparseable ([`ParseError`]).
 //! - `after_intake` runs only for messages whose `deliver` returned `Ok`. If it fails, they
@@ -23,11 +25,18 @@
 mod config;
 mod error;
 mod imap;
+mod oauth;
 mod parse;
 mod sink;
+mod start;
 
-pub use config::{AfterIntake, EmailSourceConfig, Security, TicketRef};
+pub use config::{AfterIntake, Auth, EmailSourceConfig, Security, TicketRef};
 pub use error::{ConfigError, ParseError, SessionError, SinkError};
+pub use imap::{MailboxProbe, ProbeError, probe};
 pub use imap::{PollerOptions, run_poller};
+pub use oauth::{
+    Credentials, OAuth2Config, OAuth2Flow, OAuthSecrets, SaslMechanism, ServiceAccount, TokenError,
+};
 pub use parse::{EVENT_RECEIVED, EVENT_REPLY, MAX_TEXT_CHARS, normalize};
-pub use sink::{Cursor, FetchedMessage, MailboxSink, SourceStatus};
+pub use sink::{Cursor, FetchedMessage, MailboxSink, SourceStatus, TokenStore};
+pub use start::{StartFrom, StartPoint};

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use switchyard_core::Normalized;
 
 use crate::error::{ParseError, SinkError};
+use crate::start::StartPoint;
 
 /// How far a mailbox has been read: every UID up to `last_uid` under `uidvalidity` is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -49,11 +50,40 @@ pub struct SourceStatus {
     pub last_error_at: Option<DateTime<Utc>>,
     /// Failures since the last successful poll; 0 means healthy.
     pub consecutive_failures: u32,
+    /// With `auth = "oauth2"`, why signing in fails now, as a stable word
+    /// (`token_endpoint_unreachable`, `token_endpoint_timeout`, `invalid_client`,
+    /// `invalid_grant`, `consent_missing`, `token_endpoint_error`, `imap_refused_token`);
+    /// `None` once a sign-in succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_failure: Option<String>,
+    /// Where the mailbox started being read (`start_from`) and how much it left behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<StartPoint>,
+}
+
+/// Where rotated OAuth2 refresh tokens are kept (the daemon's store); the poller and
+/// [`crate::probe`] both use it, so a rotation during a test sign-in is not lost.
+pub trait TokenStore: Send + Sync {
+    /// The newest refresh token of `source` that grew from the configured one with
+    /// `seed_fingerprint`, if one was stored (rotation). A sink without storage answers `None`.
+    fn stored_refresh_token(
+        &self,
+        source: &str,
+        seed_fingerprint: &str,
+    ) -> impl Future<Output = Result<Option<String>, SinkError>> + Send;
+
+    /// Keeps a rotated refresh token durably (a restart and another replica use it).
+    fn store_refresh_token(
+        &self,
+        source: &str,
+        seed_fingerprint: &str,
+        refresh_token: &str,
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
 }
 
 /// What the daemon provides to one email poller. Calls for one source never overlap: the poller
 /// makes them one at a time, `deliver` in ascending UID order.
-pub trait MailboxSink: Send + Sync + 'static {
+pub trait MailboxSink: TokenStore + 'static {
     /// Takes or renews the poller lease of `source` (database-backed; another replica may hold
     /// it). Returns whether this replica holds it now. Called before connecting and at least
     /// every [`crate::PollerOptions::lease_renew_interval`], which must be a third of the
@@ -84,6 +114,33 @@ pub trait MailboxSink: Send + Sync + 'static {
         source: &str,
         mailbox: &str,
         message: FetchedMessage,
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// Sets the cursor of a mailbox seen for the first time to `(start.uidvalidity,
+    /// start.first_uid - 1)` and records `start`, together; false (and nothing changed) when
+    /// the mailbox has a cursor already (another replica started it).
+    fn start_mailbox(
+        &self,
+        source: &str,
+        mailbox: &str,
+        start: &StartPoint,
+    ) -> impl Future<Output = Result<bool, SinkError>> + Send;
+
+    /// Where the mailbox started, as [`MailboxSink::start_mailbox`] recorded it.
+    fn mailbox_start(
+        &self,
+        source: &str,
+        mailbox: &str,
+    ) -> impl Future<Output = Result<Option<StartPoint>, SinkError>> + Send;
+
+    /// Moves the cursor forward to `(uidvalidity, last_uid)` without a delivery (past the
+    /// messages a dated start left behind); never backwards, never across a UIDVALIDITY.
+    fn skip_to(
+        &self,
+        source: &str,
+        mailbox: &str,
+        uidvalidity: u32,
+        last_uid: u32,
     ) -> impl Future<Output = Result<(), SinkError>> + Send;
 
     /// The poller's latest status; called often, keep it cheap (no I/O).

@@ -7,8 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use switchyard_email::{
-    Cursor, EmailSourceConfig, FetchedMessage, MailboxSink, PollerOptions, SinkError, SourceStatus,
+    Credentials, Cursor, EmailSourceConfig, FetchedMessage, MailboxSink, PollerOptions, SinkError,
+    SourceStatus, StartPoint, TokenStore,
 };
+use switchyard_store::entities::mailbox_start;
 use switchyard_store::{Store, now_millis};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -132,8 +134,119 @@ impl MailboxSink for Sink {
         Ok(())
     }
 
+    async fn start_mailbox(
+        &self,
+        source: &str,
+        mailbox: &str,
+        start: &StartPoint,
+    ) -> Result<bool, SinkError> {
+        self.store
+            .start_mailbox(mailbox_start::Model {
+                source: source.to_owned(),
+                mailbox: mailbox.to_owned(),
+                start_from: start.start_from.clone(),
+                uidvalidity: start.uidvalidity.into(),
+                first_uid: start.first_uid.into(),
+                left_behind: start.left_behind.into(),
+                started_at: start.started_at.timestamp_millis(),
+            })
+            .await
+            .map_err(sink_error)
+    }
+
+    async fn mailbox_start(
+        &self,
+        source: &str,
+        mailbox: &str,
+    ) -> Result<Option<StartPoint>, SinkError> {
+        let row = self
+            .store
+            .mailbox_start(source, mailbox)
+            .await
+            .map_err(sink_error)?;
+        Ok(row.map(|row| StartPoint {
+            start_from: row.start_from,
+            uidvalidity: u32::try_from(row.uidvalidity).unwrap_or_default(),
+            first_uid: u32::try_from(row.first_uid).unwrap_or_default(),
+            left_behind: u32::try_from(row.left_behind).unwrap_or_default(),
+            started_at: chrono::DateTime::from_timestamp_millis(row.started_at).unwrap_or_default(),
+        }))
+    }
+
+    async fn skip_to(
+        &self,
+        source: &str,
+        mailbox: &str,
+        uidvalidity: u32,
+        last_uid: u32,
+    ) -> Result<(), SinkError> {
+        self.store
+            .skip_mailbox_cursor(
+                source,
+                mailbox,
+                uidvalidity.into(),
+                last_uid.into(),
+                now_millis(),
+            )
+            .await
+            .map(|_| ())
+            .map_err(sink_error)
+    }
+
     fn report(&self, source: &str, status: &SourceStatus) {
         self.statuses.set(source, status);
+    }
+}
+
+impl TokenStore for Sink {
+    async fn stored_refresh_token(
+        &self,
+        source: &str,
+        seed_fingerprint: &str,
+    ) -> Result<Option<String>, SinkError> {
+        StoredTokens(self.store.clone())
+            .stored_refresh_token(source, seed_fingerprint)
+            .await
+    }
+
+    async fn store_refresh_token(
+        &self,
+        source: &str,
+        seed_fingerprint: &str,
+        refresh_token: &str,
+    ) -> Result<(), SinkError> {
+        StoredTokens(self.store.clone())
+            .store_refresh_token(source, seed_fingerprint, refresh_token)
+            .await
+    }
+}
+
+/// Rotated refresh tokens kept in the store: the pollers' and `switchyard mailbox test`'s.
+#[derive(Debug, Clone)]
+pub struct StoredTokens(pub Store);
+
+impl TokenStore for StoredTokens {
+    async fn stored_refresh_token(
+        &self,
+        source: &str,
+        seed_fingerprint: &str,
+    ) -> Result<Option<String>, SinkError> {
+        self.0
+            .mailbox_refresh_token(source, seed_fingerprint)
+            .await
+            .map_err(sink_error)
+    }
+
+    async fn store_refresh_token(
+        &self,
+        source: &str,
+        seed_fingerprint: &str,
+        refresh_token: &str,
+    ) -> Result<(), SinkError> {
+        self.0
+            .store_mailbox_refresh_token(source, seed_fingerprint, refresh_token, now_millis())
+            .await
+            .map_err(sink_error)
     }
 }
 
@@ -141,7 +254,7 @@ impl MailboxSink for Sink {
 #[derive(Debug)]
 struct Running {
     config: EmailSourceConfig,
-    password: String,
+    credentials: Credentials,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -172,13 +285,14 @@ impl Mailboxes {
 impl Poll for Mailboxes {
     /// Starts pollers for new or changed email sources and stops those removed or changed.
     async fn apply(&self, settings: &Settings) {
-        let wanted: HashMap<&str, (&EmailSourceConfig, &String)> = settings
+        let wanted: HashMap<&str, (&EmailSourceConfig, &Credentials)> = settings
             .sources
             .iter()
             .filter_map(|source| match source {
-                ResolvedSource::Email { config, password } => {
-                    Some((config.name.as_str(), (config, password)))
-                }
+                ResolvedSource::Email {
+                    config,
+                    credentials,
+                } => Some((config.name.as_str(), (config, credentials))),
                 _ => None,
             })
             .collect();
@@ -187,9 +301,11 @@ impl Poll for Mailboxes {
             let names: Vec<String> = running
                 .iter()
                 .filter(|(name, poller)| {
-                    wanted.get(name.as_str()).is_none_or(|(config, password)| {
-                        **config != poller.config || **password != poller.password
-                    })
+                    wanted
+                        .get(name.as_str())
+                        .is_none_or(|(config, credentials)| {
+                            **config != poller.config || **credentials != poller.credentials
+                        })
                 })
                 .map(|(name, _)| name.clone())
                 .collect();
@@ -205,14 +321,14 @@ impl Poll for Mailboxes {
             self.sink.statuses.remove(&name);
         }
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        for (name, (config, password)) in wanted {
+        for (name, (config, credentials)) in wanted {
             if running.contains_key(name) {
                 continue;
             }
             let (stop, shutdown) = watch::channel(false);
             let task = tokio::spawn(switchyard_email::run_poller(
                 config.clone(),
-                password.clone(),
+                credentials.clone(),
                 self.sink.clone(),
                 PollerOptions {
                     lease_renew_interval: LEASE_TTL / 3,
@@ -225,7 +341,7 @@ impl Poll for Mailboxes {
                 name.to_owned(),
                 Running {
                     config: config.clone(),
-                    password: password.clone(),
+                    credentials: credentials.clone(),
                     stop,
                     task,
                 },

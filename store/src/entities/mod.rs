@@ -7,6 +7,8 @@ pub mod dispatch_attempt;
 pub mod entity_lock;
 pub mod intake;
 pub mod mailbox_cursor;
+pub mod mailbox_oauth_token;
+pub mod mailbox_start;
 pub mod poller_lease;
 pub mod raw_delivery;
 pub mod replay;

@@ -12,6 +12,7 @@ mod ceilings;
 mod intake;
 mod ledger;
 mod mailbox;
+mod mailbox_start;
 mod outbox;
 mod retention;
 mod revisions;

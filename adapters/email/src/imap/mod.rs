@@ -8,9 +8,13 @@
 //! delivered. Then wait: IDLE (a wake-up only, re-issued at least every `idle_timeout`) or
 //! sleep until `poll_interval` has passed, waking earlier to renew the lease.
 
+mod probe;
 mod session;
+mod sign_in;
+mod start;
 mod transport;
 
+pub use probe::{MailboxProbe, ProbeError, probe};
 pub(crate) use transport::read_ca_file;
 
 use std::sync::Arc;
@@ -22,6 +26,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::EmailSourceConfig;
 use crate::error::SessionError;
+use crate::oauth::{Credentials, Tokens};
 use crate::sink::{MailboxSink, SourceStatus};
 
 /// Tuning of the poller that admins do not write in `[[source]]`: the daemon derives it (the
@@ -69,19 +74,31 @@ impl Default for PollerOptions {
 /// input: failures are reported through [`MailboxSink::report`], logged and retried. On
 /// shutdown it logs out and releases the lease.
 ///
-/// `password` is the resolved value of `config.password_env`. The config should have passed
-/// [`EmailSourceConfig::validate`].
+/// `credentials` are the resolved secrets (the value of `config.password_env`, or the
+/// `[source.oauth2]` secrets). The config should have passed [`EmailSourceConfig::validate`].
 pub async fn run_poller<S: MailboxSink>(
     config: EmailSourceConfig,
-    password: String,
+    credentials: Credentials,
     sink: Arc<S>,
     options: PollerOptions,
     shutdown: watch::Receiver<bool>,
 ) {
+    let tokens = match (&credentials, &config.oauth2) {
+        (Credentials::OAuth2(secrets), Some(oauth2)) => Some(Tokens::new(
+            (**oauth2).clone(),
+            (**secrets).clone(),
+            config.username.clone(),
+        )),
+        _ => None,
+    };
     let mut poller = Poller {
         backoff: options.backoff_initial,
         config,
-        password,
+        credentials,
+        tokens,
+        token_renew_at: None,
+        start_filter: None,
+        start_known: false,
         sink,
         options,
         shutdown,
@@ -90,10 +107,19 @@ pub async fn run_poller<S: MailboxSink>(
     poller.run().await;
 }
 
-/// One poller's state; the session half of its methods is in `session.rs`.
+/// One poller's state; the session half of its methods is in `session.rs`, signing in in
+/// `sign_in.rs`, the first start of a mailbox in `start.rs`.
 struct Poller<S> {
     config: EmailSourceConfig,
-    password: String,
+    credentials: Credentials,
+    /// With `auth = "oauth2"`: the token source.
+    tokens: Option<Tokens>,
+    /// When the session's token must be replaced: the session ends then and signs in anew.
+    token_renew_at: Option<tokio::time::Instant>,
+    /// A dated start in progress: the UIDs it names, and the `UIDNEXT` when it was decided.
+    start_filter: Option<start::StartFilter>,
+    /// Whether `status.started` has been read from the sink.
+    start_known: bool,
     sink: Arc<S>,
     options: PollerOptions,
     shutdown: watch::Receiver<bool>,
@@ -105,6 +131,8 @@ struct Poller<S> {
 enum SessionEnd {
     /// Another replica holds the lease now.
     LeaseLost,
+    /// The access token is about to expire: sign in again with a new one, at once.
+    TokenRenewal,
 }
 
 impl<S: MailboxSink> Poller<S> {
@@ -135,6 +163,10 @@ impl<S: MailboxSink> Poller<S> {
             self.status.idle = false;
             match result {
                 Err(SessionError::Shutdown) => break,
+                Ok(SessionEnd::TokenRenewal) => {
+                    debug!(source = %self.config.name,
+                        "the access token is about to expire; signing in again with a new one");
+                }
                 Ok(SessionEnd::LeaseLost) => {
                     info!(source = %self.config.name,
                         "lost the poller lease to another replica; disconnected");
@@ -219,7 +251,17 @@ impl<S: MailboxSink> Poller<S> {
         self.status.consecutive_failures = self.status.consecutive_failures.saturating_add(1);
         let detail = error.chain();
         let failures = self.status.consecutive_failures;
-        if failures >= self.options.error_after_failures {
+        let auth_failure = error.auth_failure().map(str::to_owned);
+        let repeated = auth_failure.is_some() && auth_failure == self.status.auth_failure;
+        self.status.auth_failure = auth_failure;
+        if repeated {
+            // A sign-in failure is logged when it starts or changes, not on every retry.
+            debug!(source = %self.config.name, failures, error = %detail,
+                retry_in = ?self.backoff, "email poller still cannot sign in");
+        } else if let Some(kind) = &self.status.auth_failure {
+            error!(source = %self.config.name, failures, auth_failure = %kind, error = %detail,
+                retry_in = ?self.backoff, "email poller cannot sign in with OAuth2");
+        } else if failures >= self.options.error_after_failures {
             error!(source = %self.config.name, failures, error = %detail,
                 retry_in = ?self.backoff, "email poller keeps failing; check the server and credentials");
         } else {

@@ -15,6 +15,14 @@ use crate::error::SessionError;
 use crate::parse::normalize;
 use crate::sink::{FetchedMessage, MailboxSink};
 
+/// What SELECT told about the mailbox.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Selected {
+    pub uidvalidity: u32,
+    pub uid_next: Option<u32>,
+    pub exists: u32,
+}
+
 /// What the server can do, read once per session.
 #[derive(Debug, Clone, Copy)]
 struct Features {
@@ -32,14 +40,7 @@ impl<S: MailboxSink> Poller<S> {
     /// Connects and serves until the lease is lost (`Ok`) or something fails (`Err`, including
     /// [`SessionError::Shutdown`]).
     pub(super) async fn session(&mut self) -> Result<SessionEnd, SessionError> {
-        let timeout = self.options.io_timeout;
-        let session = guarded(
-            &mut self.shutdown,
-            timeout,
-            "login",
-            transport::connect(&self.config, &self.password, timeout),
-        )
-        .await??;
+        let session = self.sign_in().await?;
         self.serve(session).await
     }
 
@@ -77,15 +78,19 @@ impl<S: MailboxSink> Poller<S> {
         loop {
             if Instant::now() >= last_renewal + self.options.lease_renew_interval {
                 if !self.renew_lease().await? {
-                    return Ok(self.leave(session).await);
+                    return Ok(self.leave(session, SessionEnd::LeaseLost).await);
                 }
                 last_renewal = Instant::now();
+            }
+            if self.token_renew_at.is_some_and(|at| Instant::now() >= at) {
+                return Ok(self.leave(session, SessionEnd::TokenRenewal).await);
             }
             if features.idle || Instant::now() >= next_poll {
                 // SELECT on every cycle, not once per session: a mailbox deleted and recreated
                 // under a live session (new UIDVALIDITY) is otherwise never noticed, because
                 // the server may keep the old one open without a word.
-                let uidvalidity = self.select(&mut session).await?;
+                let selected = self.select(&mut session).await?;
+                let uidvalidity = selected.uidvalidity;
                 match known_validity {
                     None => {
                         self.status.connected = true;
@@ -100,10 +105,10 @@ impl<S: MailboxSink> Poller<S> {
                 }
                 known_validity = Some(uidvalidity);
                 let lease_held = self
-                    .poll(&mut session, uidvalidity, features, &mut last_renewal)
+                    .poll(&mut session, selected, features, &mut last_renewal)
                     .await?;
                 if !lease_held {
-                    return Ok(self.leave(session).await);
+                    return Ok(self.leave(session, SessionEnd::LeaseLost).await);
                 }
                 next_poll = Instant::now() + self.config.poll_interval;
                 self.succeeded();
@@ -112,7 +117,10 @@ impl<S: MailboxSink> Poller<S> {
             // search sees the mailbox as it is. Drain them so the channel stays small.
             while session.unsolicited_responses.try_recv().is_ok() {}
 
-            let renew_at = last_renewal + self.options.lease_renew_interval;
+            let mut renew_at = last_renewal + self.options.lease_renew_interval;
+            if let Some(token_renewal) = self.token_renew_at {
+                renew_at = renew_at.min(token_renewal);
+            }
             if features.idle {
                 session = self.idle(session, renew_at).await?;
             } else {
@@ -124,8 +132,8 @@ impl<S: MailboxSink> Poller<S> {
         }
     }
 
-    /// Selects the mailbox and returns its UIDVALIDITY.
-    async fn select(&mut self, session: &mut ImapSession) -> Result<u32, SessionError> {
+    /// Selects the mailbox: its UIDVALIDITY, UIDNEXT and message count.
+    async fn select(&mut self, session: &mut ImapSession) -> Result<Selected, SessionError> {
         let mailbox = guarded(
             &mut self.shutdown,
             self.options.io_timeout,
@@ -134,15 +142,21 @@ impl<S: MailboxSink> Poller<S> {
         )
         .await?
         .map_err(imap("SELECT"))?;
-        mailbox
+        let uidvalidity = mailbox
             .uid_validity
-            .ok_or_else(|| SessionError::NoUidValidity(self.config.mailbox.clone()))
+            .ok_or_else(|| SessionError::NoUidValidity(self.config.mailbox.clone()))?;
+        Ok(Selected {
+            uidvalidity,
+            uid_next: mailbox.uid_next,
+            exists: mailbox.exists,
+        })
     }
 
-    /// Logs out after losing the lease, so that the new holder is the only reader.
-    async fn leave(&mut self, mut session: ImapSession) -> SessionEnd {
+    /// Logs out (after losing the lease, so that the new holder is the only reader; or to
+    /// sign in with a new token).
+    async fn leave(&mut self, mut session: ImapSession, end: SessionEnd) -> SessionEnd {
         let _ = transport::bounded(Duration::from_secs(5), "LOGOUT", session.logout()).await;
-        SessionEnd::LeaseLost
+        end
     }
 
     /// Renews the lease; false when another replica has taken it.
@@ -162,10 +176,11 @@ impl<S: MailboxSink> Poller<S> {
     async fn poll(
         &mut self,
         session: &mut ImapSession,
-        uidvalidity: u32,
+        selected: Selected,
         features: Features,
         last_renewal: &mut Instant,
     ) -> Result<bool, SessionError> {
+        let uidvalidity = selected.uidvalidity;
         let timeout = self.options.io_timeout;
         let (source, mailbox) = (self.config.name.clone(), self.config.mailbox.clone());
         let cursor = guarded(
@@ -192,8 +207,22 @@ impl<S: MailboxSink> Poller<S> {
                 );
                 1
             }
-            None => 1,
+            None => match self.start(session, selected).await? {
+                Some(first) => first,
+                // Another replica started it just now: read its cursor next time.
+                None => return Ok(true),
+            },
         };
+        if !self.start_known {
+            self.status.started = guarded(
+                &mut self.shutdown,
+                timeout,
+                "mailbox_start",
+                self.sink.mailbox_start(&source, &mailbox),
+            )
+            .await??;
+            self.start_known = true;
+        }
         let found = guarded(
             &mut self.shutdown,
             timeout,
@@ -204,6 +233,9 @@ impl<S: MailboxSink> Poller<S> {
         .map_err(imap("UID SEARCH"))?;
         // `n:*` always matches the highest UID, even below n; the answer is a set.
         let mut uids: Vec<u32> = found.into_iter().filter(|uid| *uid >= first).collect();
+        if let Some(filter) = &self.start_filter {
+            uids.retain(|uid| filter.takes(uidvalidity, *uid));
+        }
         uids.sort_unstable();
         if !uids.is_empty() {
             debug!(
@@ -269,6 +301,7 @@ impl<S: MailboxSink> Poller<S> {
             self.after_intake(session, &delivered, features).await?;
             outcome?;
         }
+        self.finish_start(uidvalidity).await?;
         Ok(true)
     }
 

@@ -1,4 +1,5 @@
-//! Getting to a logged-in IMAP session: TCP, TLS or STARTTLS, the greeting, LOGIN.
+//! Getting to a logged-in IMAP session: TCP, TLS or STARTTLS, the greeting, then LOGIN or a
+//! SASL bearer-token AUTHENTICATE.
 
 use std::io;
 use std::path::Path;
@@ -7,7 +8,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use async_imap::imap_proto::{Response, Status};
+use std::sync::Mutex;
+
+use async_imap::imap_proto::{Capability, Response, ResponseCode, Status};
 use async_imap::{Client, Session};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
@@ -19,6 +22,16 @@ use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
 use crate::config::{EmailSourceConfig, Security};
 use crate::error::{ConfigError, SessionError};
+use crate::oauth::SaslMechanism;
+use crate::oauth::sasl::BearerAuthenticator;
+
+/// How a session signs in, the secret in hand.
+pub(crate) enum SignIn<'a> {
+    /// `LOGIN` with this password.
+    Password(&'a str),
+    /// `AUTHENTICATE` with this access token.
+    Bearer(&'a str),
+}
 
 /// The byte stream under an IMAP session: one type for all three `security` modes, so the
 /// session code is written once.
@@ -74,7 +87,7 @@ impl AsyncWrite for Transport {
 /// network step is bounded by `timeout`.
 pub(crate) async fn connect(
     config: &EmailSourceConfig,
-    password: &str,
+    sign_in: SignIn<'_>,
     timeout: Duration,
 ) -> Result<ImapSession, SessionError> {
     let addr = format!("{}:{}", config.host, config.port());
@@ -87,14 +100,14 @@ pub(crate) async fn connect(
     // Commands are small and answered one at a time: don't let Nagle delay them.
     let _ = tcp.set_nodelay(true);
 
-    let client = match config.security {
+    let (client, advertised) = match config.security {
         Security::Plain => greeted(Client::new(Transport::Plain(tcp)), timeout).await?,
         Security::Tls => {
             let tls = handshake(tcp, &config.host, config.tls_ca_file.as_deref(), timeout).await?;
             greeted(Client::new(Transport::Tls(Box::new(tls))), timeout).await?
         }
         Security::Starttls => {
-            let mut client = greeted(Client::new(tcp), timeout).await?;
+            let (mut client, _before_tls) = greeted(Client::new(tcp), timeout).await?;
             bounded(
                 timeout,
                 "STARTTLS",
@@ -108,20 +121,70 @@ pub(crate) async fn connect(
             let tcp = client.into_inner();
             // No greeting after STARTTLS: the server waits for our next command.
             let tls = handshake(tcp, &config.host, config.tls_ca_file.as_deref(), timeout).await?;
-            Client::new(Transport::Tls(Box::new(tls)))
+            (Client::new(Transport::Tls(Box::new(tls))), None)
         }
     };
 
-    bounded(timeout, "LOGIN", client.login(&config.username, password))
-        .await?
-        .map_err(|(source, _client)| SessionError::Login {
-            user: config.username.clone(),
-            source,
-        })
+    let token = match sign_in {
+        SignIn::Password(password) => {
+            return bounded(timeout, "LOGIN", client.login(&config.username, password))
+                .await?
+                .map_err(|(source, _client)| SessionError::Login {
+                    user: config.username.clone(),
+                    source,
+                });
+        }
+        SignIn::Bearer(token) => token,
+    };
+    let wanted = config
+        .oauth2
+        .as_ref()
+        .map(|o| o.mechanism)
+        .unwrap_or_default();
+    // OAUTHBEARER where asked for and not known to be missing (a greeting without a
+    // capability list says nothing); XOAUTH2 otherwise.
+    let mechanism = match (wanted, &advertised) {
+        (SaslMechanism::Oauthbearer, Some(caps))
+            if !caps.iter().any(|c| c == "AUTH=OAUTHBEARER") =>
+        {
+            SaslMechanism::Xoauth2
+        }
+        (wanted, _) => wanted,
+    };
+    let server_error = Arc::new(Mutex::new(None));
+    let authenticator = BearerAuthenticator {
+        mechanism,
+        user: config.username.clone(),
+        token: token.to_owned(),
+        host: config.host.clone(),
+        port: config.port(),
+        sent: false,
+        server_error: server_error.clone(),
+    };
+    let name = authenticator.name();
+    bounded(
+        timeout,
+        "AUTHENTICATE",
+        client.authenticate(name, authenticator),
+    )
+    .await?
+    .map_err(|(source, _client)| SessionError::TokenRefused {
+        user: config.username.clone(),
+        mechanism: name,
+        server: server_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(),
+        source,
+    })
 }
 
-/// async-imap 0.12 leaves the server's greeting to the caller: read it and insist on OK.
-async fn greeted<T>(mut client: Client<T>, timeout: Duration) -> Result<Client<T>, SessionError>
+/// async-imap 0.12 leaves the server's greeting to the caller: read it and insist on OK. Also
+/// returns the capabilities the greeting lists, if it lists them.
+async fn greeted<T>(
+    mut client: Client<T>,
+    timeout: Duration,
+) -> Result<(Client<T>, Option<Vec<String>>), SessionError>
 where
     T: AsyncRead + AsyncWrite + Unpin + std::fmt::Debug + Send,
 {
@@ -133,8 +196,23 @@ where
         })?;
     match greeting.as_ref().map(|g| g.parsed()) {
         Some(Response::Data {
-            status: Status::Ok, ..
-        }) => Ok(client),
+            status: Status::Ok,
+            outcome,
+        }) => {
+            let capabilities = match &outcome.code {
+                Some(ResponseCode::Capabilities(caps)) => Some(
+                    caps.iter()
+                        .map(|c| match c {
+                            Capability::Imap4rev1 => "IMAP4REV1".to_owned(),
+                            Capability::Auth(mech) => format!("AUTH={}", mech.to_ascii_uppercase()),
+                            Capability::Atom(atom) => atom.to_ascii_uppercase(),
+                        })
+                        .collect(),
+                ),
+                _ => None,
+            };
+            Ok((client, capabilities))
+        }
         Some(other) => Err(SessionError::Greeting(format!("{other:?}"))),
         None => Err(SessionError::Greeting(
             "the server closed the connection".into(),

@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_imap::Session;
 use switchyard_core::Disposition;
 use switchyard_email::{
-    Cursor, EmailSourceConfig, FetchedMessage, MailboxSink, PollerOptions, Security, SinkError,
-    SourceStatus, run_poller,
+    Credentials, Cursor, EmailSourceConfig, FetchedMessage, MailboxSink, PollerOptions, Security,
+    SinkError, SourceStatus, StartFrom, StartPoint, TokenStore, run_poller,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{RwLock, watch};
@@ -95,6 +95,8 @@ pub fn config(server: &(String, u16), name: &str, mailbox: &str) -> EmailSourceC
     config.security = Security::Plain;
     config.mailbox = mailbox.to_owned();
     config.poll_interval = Duration::from_millis(200);
+    // These tests append before the poller's first connection and expect it all.
+    config.start_from = StartFrom::Beginning;
     config.validate().unwrap();
     config
 }
@@ -127,7 +129,7 @@ pub fn start(
     let (stop, shutdown) = watch::channel(false);
     let task = tokio::spawn(run_poller(
         config,
-        password.to_owned(),
+        Credentials::Password(password.to_owned()),
         sink.clone(),
         options,
         shutdown,
@@ -247,6 +249,8 @@ pub struct State {
     /// Deliveries whose Message-ID was already recorded.
     pub duplicates: Vec<Delivery>,
     lease: Option<(String, Instant)>,
+    pub starts: HashMap<(String, String), StartPoint>,
+    refresh_tokens: HashMap<String, (String, String)>,
 }
 
 /// One `deliver` call as the test sees it.
@@ -416,7 +420,89 @@ impl MailboxSink for TestSink {
         Ok(())
     }
 
+    async fn start_mailbox(
+        &self,
+        source: &str,
+        mailbox: &str,
+        start: &StartPoint,
+    ) -> Result<bool, SinkError> {
+        let mut state = self.store.state.lock().unwrap();
+        let key = (source.to_owned(), mailbox.to_owned());
+        if state.cursors.contains_key(&key) {
+            return Ok(false);
+        }
+        state.cursors.insert(
+            key.clone(),
+            Cursor {
+                uidvalidity: start.uidvalidity,
+                last_uid: start.first_uid.saturating_sub(1),
+            },
+        );
+        state.starts.insert(key, start.clone());
+        Ok(true)
+    }
+
+    async fn mailbox_start(
+        &self,
+        source: &str,
+        mailbox: &str,
+    ) -> Result<Option<StartPoint>, SinkError> {
+        let state = self.store.state.lock().unwrap();
+        Ok(state
+            .starts
+            .get(&(source.to_owned(), mailbox.to_owned()))
+            .cloned())
+    }
+
+    async fn skip_to(
+        &self,
+        source: &str,
+        mailbox: &str,
+        uidvalidity: u32,
+        last_uid: u32,
+    ) -> Result<(), SinkError> {
+        let mut state = self.store.state.lock().unwrap();
+        if let Some(cursor) = state
+            .cursors
+            .get_mut(&(source.to_owned(), mailbox.to_owned()))
+            && cursor.uidvalidity == uidvalidity
+            && cursor.last_uid < last_uid
+        {
+            cursor.last_uid = last_uid;
+        }
+        Ok(())
+    }
+
     fn report(&self, _source: &str, status: &SourceStatus) {
         self.statuses.lock().unwrap().push(status.clone());
+    }
+}
+
+impl TokenStore for TestSink {
+    async fn stored_refresh_token(
+        &self,
+        source: &str,
+        seed_fingerprint: &str,
+    ) -> Result<Option<String>, SinkError> {
+        let state = self.store.state.lock().unwrap();
+        Ok(state
+            .refresh_tokens
+            .get(source)
+            .filter(|(seed, _)| seed == seed_fingerprint)
+            .map(|(_, token)| token.clone()))
+    }
+
+    async fn store_refresh_token(
+        &self,
+        source: &str,
+        seed_fingerprint: &str,
+        refresh_token: &str,
+    ) -> Result<(), SinkError> {
+        let mut state = self.store.state.lock().unwrap();
+        state.refresh_tokens.insert(
+            source.to_owned(),
+            (seed_fingerprint.to_owned(), refresh_token.to_owned()),
+        );
+        Ok(())
     }
 }

@@ -1,0 +1,3 @@
+//! `switchyard mailbox test`: the email channel's one-shot sign-in check (`edge::mailbox_test`).
+
+pub use crate::edge::mailbox_test;
