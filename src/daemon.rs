@@ -88,7 +88,7 @@ impl Daemon {
             wake.clone(),
         ));
         let pollers = Pollers::new(store.clone(), intake.clone(), sources.clone(), replica_id);
-        pollers.apply(&live.current().settings.sources).await;
+        pollers.apply(&live.current().settings).await;
         // A replay still `running` here was cut short by the last stop; it can be rerun.
         if let Err(error) = store
             .interrupt_replays(switchyard_store::now_millis())
@@ -179,11 +179,11 @@ impl Daemon {
             .await
             .context("cannot record the new config revision; the old revision stays in force")?;
         log_revision(&live);
-        let sources = live.settings.sources.clone();
         self.state.live.replace(live);
         self.state.alerts.set_reload_refused(None);
-        self.pollers.apply(&sources).await;
-        self.socket_mode.apply(&sources).await;
+        let current = self.state.live.current();
+        self.pollers.apply(&current.settings).await;
+        self.socket_mode.apply(&current.settings.sources).await;
         Ok(())
     }
 

@@ -22,6 +22,7 @@ pub mod metrics;
 mod notify;
 pub mod replay;
 mod retention;
+mod schedule_status;
 mod server;
 pub mod shadow;
 pub mod socket_status;

@@ -133,6 +133,18 @@ enum Command {
         #[arg(long)]
         revision: Option<String>,
     },
+    /// Print the next fires of every `[[schedule]]` in UTC and in its local time (reads no
+    /// database): the check before a reload.
+    Schedule {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Fires at or after this instant (RFC 3339, e.g. 2027-03-28T00:00:00Z); default now.
+        #[arg(long)]
+        from: Option<String>,
+        /// How many fires of each schedule.
+        #[arg(long, default_value_t = 5)]
+        next: usize,
+    },
     /// Replay stored deliveries from their raw bytes through the adapters and the router:
     /// diagnostic by default (a stored report, nothing live), `--live` to re-admit them.
     Replay {
@@ -301,6 +313,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         };
     }
+    if let Command::Schedule { config, from, next } = &cli.command {
+        return match switchyard::commands::schedule(config, from.as_deref(), *next) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                let config_error = error
+                    .chain()
+                    .any(|cause| cause.is::<switchyard::config::ConfigError>());
+                if config_error {
+                    ExitCode::from(EX_CONFIG)
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+        };
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -368,7 +399,7 @@ fn main() -> ExitCode {
                 against_ledger: Some(span),
                 fail_on_change,
             } => what_if(config.as_deref(), &candidate, span, fail_on_change).await,
-            Command::Check { .. } => Ok(()),
+            Command::Check { .. } | Command::Schedule { .. } => Ok(()),
             Command::Mailbox {
                 command: MailboxCommand::Test { config, source },
             } => switchyard::commands::mailbox_test(&config, &source).await,

@@ -81,6 +81,13 @@ pub struct PullClaimLabels {
     pub cause: &'static str,
 }
 
+/// A schedule's fire, by what its ledger row says (`duplicate`: another replica recorded it).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScheduleFireLabels {
+    pub schedule: String,
+    pub outcome: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenLabel {
     pub token: String,
@@ -118,6 +125,7 @@ pub struct Metrics {
     pub dispatch_claims: Family<ClaimLabels, Counter>,
     pub dispatch_claim_passes: Family<ClaimPassLabels, Counter>,
     pub dead_letters: Family<TargetLabel, Counter>,
+    pub schedule_fires: Family<ScheduleFireLabels, Counter>,
     pub pull_claim_transactions: Family<PullClaimLabels, Counter>,
     pub pull_waiting: Family<TokenLabel, Gauge>,
     // Read at scrape time.
@@ -220,6 +228,13 @@ impl Metrics {
             "dead_letters",
             "Runs dead-lettered, by target",
             dead_letters.clone(),
+        );
+        let schedule_fires = Family::<ScheduleFireLabels, Counter>::default();
+        registry.register(
+            "schedule_fires",
+            "Schedule fires this replica submitted, by schedule and outcome (`ineligible`: \
+             recorded as missed; `duplicate`: another replica recorded the fire first)",
+            schedule_fires.clone(),
         );
         let pull_claim_transactions = Family::<PullClaimLabels, Counter>::default();
         registry.register(
@@ -342,6 +357,7 @@ impl Metrics {
             dispatch_claims,
             dispatch_claim_passes,
             dead_letters,
+            schedule_fires,
             pull_claim_transactions,
             pull_waiting,
             writer_queue_depth,
@@ -418,6 +434,16 @@ impl Metrics {
         self.answer_seconds
             .get_or_create(&kind)
             .observe(took.as_secs_f64());
+    }
+
+    /// One schedule fire submitted and answered `outcome`.
+    pub fn schedule_fire(&self, schedule: &str, outcome: switchyard_core::Outcome) {
+        self.schedule_fires
+            .get_or_create(&ScheduleFireLabels {
+                schedule: schedule.to_owned(),
+                outcome: outcome.as_str(),
+            })
+            .inc();
     }
 
     /// One intake batch committed.

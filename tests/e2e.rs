@@ -35,6 +35,7 @@ mod e2e {
     mod replay;
     mod retention;
     mod revisions;
+    mod schedules;
     mod security_access;
     mod security_edge;
     mod security_pull;

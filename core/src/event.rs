@@ -14,17 +14,27 @@ pub enum Channel {
     Slack,
     WebForm,
     Webhook,
+    /// A `[[schedule]]` entry's fire: time is the trigger.
+    Schedule,
 }
 
 impl Channel {
     /// Every channel, in declaration order.
-    pub const ALL: [Channel; 5] = [
+    pub const ALL: [Channel; 6] = [
         Channel::Email,
         Channel::Chat,
         Channel::Slack,
         Channel::WebForm,
         Channel::Webhook,
+        Channel::Schedule,
     ];
+
+    /// Whether a caller may post events of this channel (`POST /v1/events`): every channel but
+    /// `schedule`, whose events only the daemon's `[[schedule]]` entries make (time, not a
+    /// caller, starts their runs).
+    pub fn may_be_posted(self) -> bool {
+        self != Channel::Schedule
+    }
 
     /// The snake_case name used in JSON, config and the database.
     pub fn as_str(self) -> &'static str {
@@ -34,6 +44,7 @@ impl Channel {
             Channel::Slack => "slack",
             Channel::WebForm => "web_form",
             Channel::Webhook => "webhook",
+            Channel::Schedule => "schedule",
         }
     }
 }
@@ -46,7 +57,7 @@ impl fmt::Display for Channel {
 
 /// A channel name that is not one of [`Channel::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown channel `{0}` (expected one of: email, chat, slack, web_form, webhook)")]
+#[error("unknown channel `{0}` (expected one of: email, chat, slack, web_form, webhook, schedule)")]
 pub struct UnknownChannel(pub String);
 
 impl FromStr for Channel {

@@ -107,6 +107,23 @@ pub fn review(loaded: &LoadedConfig, env: crate::config::EnvLookup<'_>) -> Repor
         }
     }
 
+    for schedule in &config.schedules {
+        let triggered = workflows.iter().any(|w| {
+            w.status == WorkflowStatus::Live
+                && w.tenant_id == schedule.tenant
+                && w.triggers
+                    .iter()
+                    .any(|t| t.channel == Channel::Schedule && t.event_type == schedule.event_type)
+        });
+        if !triggered {
+            report.warnings.push(format!(
+                "schedule `{}`: no live workflow of tenant `{}` triggers on (schedule, {}); \
+                 its fires are recorded no_trigger_match",
+                schedule.id, schedule.tenant, schedule.event_type
+            ));
+        }
+    }
+
     for source in &config.sources {
         report.warnings.extend(source.settings().warnings());
         if let Some(why) = source.settings().unsigned() {
@@ -240,6 +257,18 @@ fn unproducible(
     match channel {
         // These arrive through POST /v1/events, which any trusted sender can use.
         Channel::Chat | Channel::WebForm => None,
+        Channel::Schedule
+            if config
+                .schedules
+                .iter()
+                .any(|s| s.tenant == tenant && s.event_type == event_type) =>
+        {
+            None
+        }
+        Channel::Schedule => Some(format!(
+            "no [[schedule]] of tenant `{tenant}` has event_type `{event_type}` (schedule \
+             events are made only by [[schedule]] entries)"
+        )),
         _ if config.sources.iter().any(produces) => None,
         _ => Some(format!(
             "no configured {channel} source of tenant `{tenant}` produces it (only POST /v1/events could)"

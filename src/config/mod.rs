@@ -9,6 +9,7 @@ pub mod notifiers;
 mod principals;
 mod retention;
 mod revision;
+pub mod schedules;
 mod sources;
 mod targets;
 mod telemetry;
@@ -29,9 +30,9 @@ pub use notifiers::{NotifierConfig, ResolvedNotifier, SmtpTls};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
 pub use retention::{RetentionConfig, format_window};
 pub use revision::revision_content;
+pub use schedules::{CatchUp, ScheduleConfig};
 pub use sources::{
-    API_SOURCE, ResolvedSource, SenderPolicy, SourceConfig, SourceSettings,
-    check_approval_notify,
+    API_SOURCE, ResolvedSource, SenderPolicy, SourceConfig, SourceSettings, check_approval_notify,
 };
 pub use targets::{
     BUILTIN_PULL, DEFAULT_RETRY, HttpTargetConfig, NatsTargetConfig, PullTargetConfig,
@@ -84,6 +85,9 @@ pub struct Config {
     /// How rules are evaluated, and the built-in ones.
     #[serde(default)]
     pub alerting: AlertingConfig,
+    /// Schedules: time as a trigger (`[[schedule]]`, channel `schedule`).
+    #[serde(default, rename = "schedule")]
+    pub schedules: Vec<ScheduleConfig>,
 }
 
 /// `[server]`.
@@ -470,6 +474,7 @@ impl Config {
         ));
         problems.extend(self.retention.problems());
         problems.extend(tokens::problems(&self.tokens));
+        problems.extend(schedules::problems(&self.schedules));
         problems.extend(principals::problems(
             &self.principals,
             &self.workflows,

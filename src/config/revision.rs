@@ -30,6 +30,11 @@ pub fn revision_content(settings: &Settings) -> RevisionContent {
             capabilities: p.capabilities.clone(),
         })
         .collect();
+    let schedules = config.schedules.iter().map(|s| Part {
+        kind: "schedule".to_owned(),
+        name: s.id.clone(),
+        tenants: vec![s.tenant.clone()],
+    });
     let sources = config
         .sources
         .iter()
@@ -38,6 +43,7 @@ pub fn revision_content(settings: &Settings) -> RevisionContent {
             name: s.name().to_owned(),
             tenants: s.tenants().into_iter().map(str::to_owned).collect(),
         })
+        .chain(schedules)
         .collect();
     let targets = settings
         .loaded

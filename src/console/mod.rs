@@ -13,6 +13,7 @@ mod deliveries;
 mod locks;
 mod replays;
 mod runs;
+mod schedules;
 pub mod session;
 mod sources;
 mod workflows;
@@ -147,6 +148,7 @@ pub fn router() -> Router<AppState> {
         .merge(locks::router())
         .merge(workflows::router())
         .merge(sources::router())
+        .merge(schedules::router())
         .merge(replays::router())
         .merge(alerts::router())
         .layer(axum::middleware::map_response(harden))

@@ -17,6 +17,7 @@ mod email;
 mod ingest;
 mod json_webhook;
 mod pollers;
+pub mod schedule;
 mod slack;
 mod web_form;
 mod webhook;
@@ -44,12 +45,19 @@ pub static CHANNELS: &[&dyn Channel] = &[
     &cloudevents::CloudEvents,
     &json_webhook::JsonWebhook,
     &web_form::WebForm,
+    &schedule::Schedule,
 ];
 
 /// What the daemon does with one channel beyond its config (`config::SourceSettings`).
 pub trait Channel: Sync {
     /// Its `[[source]]` kind, path segment under `/v1/ingest/` and `source_kind` label.
     fn kind(&self) -> &'static str;
+
+    /// The config table its entries are (`source`: `[[source]]` entries of its kind;
+    /// `schedule`: `[[schedule]]`).
+    fn config_table(&self) -> &'static str {
+        "source"
+    }
 
     /// Its HTTP ingest routes; `None` for a channel that is polled.
     fn routes(&self) -> Option<Router<AppState>> {

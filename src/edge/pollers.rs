@@ -1,7 +1,7 @@
-//! The sources a channel pulls from (today: email's mailboxes): each polled channel's pollers,
-//! started, changed and stopped with the config revision in force (`Pollers`), and their latest
-//! status, reported into `SourceStatuses` (`crate::source_status`) for `/readyz`, `GET /v1/sources`
-//! and the console.
+//! The channels that pull rather than being called (email's mailboxes, schedules' clocks):
+//! each one's pollers, started, changed and stopped with the config revision in force
+//! (`Pollers`), and the mailboxes' latest status, reported into `SourceStatuses`
+//! (`crate::source_status`) for `/readyz`, `GET /v1/sources` and the console.
 //!
 //! Invariant: the daemon reaches every channel that pulls through [`Pollers`] alone; a channel
 //! says it pulls by returning how its pollers start from `Channel::pollers`.
@@ -11,16 +11,16 @@ use std::sync::Arc;
 use switchyard_store::Store;
 
 use super::CHANNELS;
-use crate::config::ResolvedSource;
+use crate::config::Settings;
 use crate::intake::Intake;
 pub use crate::source_status::SourceStatuses;
 
 /// One polled channel's pollers: one per source of its kind.
 #[async_trait::async_trait]
 pub trait Poll: Send + Sync + std::fmt::Debug {
-    /// Starts pollers for its new or changed sources among `sources` (the revision in force)
-    /// and stops those removed or changed.
-    async fn apply(&self, sources: &[ResolvedSource]);
+    /// Starts pollers for its new or changed entries of `settings` (the revision in force:
+    /// sources, schedules) and stops those removed or changed.
+    async fn apply(&self, settings: &Settings);
 
     /// Stops every poller.
     async fn shutdown(&self);
@@ -68,11 +68,11 @@ impl Pollers {
         )
     }
 
-    /// Puts the sources of a revision in force: new or changed ones start polling, removed or
-    /// changed ones stop.
-    pub async fn apply(&self, sources: &[ResolvedSource]) {
+    /// Puts the sources and schedules of a revision in force: new or changed ones start,
+    /// removed or changed ones stop.
+    pub async fn apply(&self, settings: &Settings) {
         for pollers in self.0.iter() {
-            pollers.apply(sources).await;
+            pollers.apply(settings).await;
         }
     }
 

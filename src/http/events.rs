@@ -80,6 +80,14 @@ async fn post_event(
         Ok(request) => request,
         Err(error) => return invalid(format!("invalid event JSON: {error}")),
     };
+    if !request.channel.may_be_posted() {
+        // Such a run acts for its workflow's principal because the daemon, not a caller,
+        // started it: no caller may make its events.
+        return invalid(format!(
+            "channel `{}` events are made only by the daemon's config, never posted",
+            request.channel
+        ));
+    }
     if request
         .raw_ref
         .as_deref()

@@ -20,6 +20,7 @@ mod oversize;
 pub(crate) mod replays;
 mod revisions;
 pub(crate) mod runs;
+mod schedules;
 pub(crate) mod waits;
 
 use std::sync::Arc;
@@ -83,6 +84,7 @@ pub fn api(state: &AppState) -> Router<AppState> {
         .merge(claims::router())
         .merge(admin::router())
         .merge(revisions::router())
+        .merge(schedules::router())
         .merge(replays::router())
         .merge(alerts::router())
         .route_layer(axum::middleware::from_fn_with_state(

@@ -59,6 +59,9 @@ pub struct Delivery {
     pub trace: Option<crate::telemetry::TraceContext>,
     /// For a delivery a live replay re-admits: the replay and the original ledger row.
     pub replay: Option<ReplayLink>,
+    /// Whether a `duplicate` answer is expected and not worth an info line (a schedule's fire
+    /// that another replica recorded first); it is logged at debug.
+    pub quiet_duplicate: bool,
 }
 
 /// What links a re-admitted delivery to its replay (`intake.replay_id`, `intake.replay_of`).
@@ -128,6 +131,7 @@ impl Delivery {
             message_key: None,
             trace: crate::telemetry::incoming(),
             replay: None,
+            quiet_duplicate: false,
         }
     }
 
@@ -408,6 +412,7 @@ impl Intake {
 
 /// What the decision log line says about the delivery.
 struct LogFields {
+    quiet_duplicate: bool,
     source: String,
     delivery_id: String,
     tenant_id: Option<String>,
@@ -416,6 +421,7 @@ struct LogFields {
 impl LogFields {
     fn of(delivery: &Delivery) -> Self {
         Self {
+            quiet_duplicate: delivery.quiet_duplicate,
             source: delivery.source.clone(),
             delivery_id: delivery.delivery_id.clone(),
             tenant_id: delivery.body.event().map(|e| e.tenant_id.clone()),
@@ -423,6 +429,14 @@ impl LogFields {
     }
 
     fn log(&self, answer: &Answer) {
+        if self.quiet_duplicate && answer.outcome == Outcome::Duplicate {
+            tracing::debug!(
+                source = %self.source,
+                delivery_id = %self.delivery_id,
+                "intake decided: duplicate"
+            );
+            return;
+        }
         tracing::info!(
             outcome = %answer.outcome,
             source = %self.source,

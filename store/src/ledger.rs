@@ -230,6 +230,19 @@ impl Store {
         list(self.db(), filter, limit).await
     }
 
+    /// The row with the greatest delivery id recorded under `source` in the empty scope. A
+    /// schedule's delivery ids are its fires' instants in RFC 3339 UTC, which sort as the
+    /// instants do: this is its latest recorded fire, whichever replica recorded it.
+    pub async fn latest_delivery(&self, source: &str) -> Result<Option<intake::Model>, DbErr> {
+        intake::Entity::find()
+            .filter(intake::Column::Source.eq(source))
+            .filter(intake::Column::Scope.eq(""))
+            .order_by_desc(intake::Column::DeliveryId)
+            .limit(1)
+            .one(self.db())
+            .await
+    }
+
     /// One ledger row, if its tenant is one of `tenants` (`None`: every row).
     pub async fn ledger_row(
         &self,

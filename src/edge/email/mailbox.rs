@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::{CONTENT_TYPE, KIND};
-use crate::config::ResolvedSource;
+use crate::config::{ResolvedSource, Settings};
 use crate::edge::pollers::{Handles, Poll, SourceStatuses};
 use crate::intake::{CursorAdvance, Delivery, DeliveryBody, Intake, Raw, digest_id};
 
@@ -284,8 +284,9 @@ impl Mailboxes {
 #[async_trait::async_trait]
 impl Poll for Mailboxes {
     /// Starts pollers for new or changed email sources and stops those removed or changed.
-    async fn apply(&self, sources: &[ResolvedSource]) {
-        let wanted: HashMap<&str, (&EmailSourceConfig, &Credentials)> = sources
+    async fn apply(&self, settings: &Settings) {
+        let wanted: HashMap<&str, (&EmailSourceConfig, &Credentials)> = settings
+            .sources
             .iter()
             .filter_map(|source| match source {
                 ResolvedSource::Email {

@@ -299,3 +299,49 @@ async fn outcome_and_run_status_counts_group_by_workflow_for_the_tenants_asked()
         );
     }
 }
+
+/// A schedule's latest recorded fire is the row with the greatest delivery id of its source,
+/// whatever order the rows were written in, never another source's or another scope's.
+#[tokio::test]
+async fn latest_delivery_is_the_greatest_id_of_its_source_and_empty_scope() {
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let now = start();
+        let row = |offset: i64, source: &str, scope: &str, delivery_id: &str| {
+            let mut row = ledger_row(&id_at(now + offset), Some("acme"), "routed", None, now);
+            row.source = source.into();
+            row.scope = scope.into();
+            row.delivery_id = delivery_id.into();
+            row
+        };
+        assert_eq!(
+            store.latest_delivery("schedule:sweep").await.expect("none"),
+            None,
+            "{backend:?}"
+        );
+        let rows = [
+            row(0, "schedule:sweep", "", "2027-03-28T01:00:02Z"),
+            // Recorded later (a catch-up, another replica), yet an earlier fire.
+            row(1, "schedule:sweep", "", "2027-03-28T01:00:01Z"),
+            row(2, "schedule:sweep", "", "2027-03-28T01:00:03Z"),
+            row(3, "schedule:other", "", "2099-01-01T00:00:00Z"),
+            row(4, "schedule:sweep", "acme", "2099-01-01T00:00:00Z"),
+        ];
+        insert_ledger(store, &rows).await;
+        let latest = store
+            .latest_delivery("schedule:sweep")
+            .await
+            .expect("latest")
+            .expect("a row");
+        assert_eq!(latest, rows[2], "{backend:?}");
+        assert_eq!(
+            store
+                .latest_delivery("schedule:other")
+                .await
+                .expect("other")
+                .map(|r| r.delivery_id),
+            Some("2099-01-01T00:00:00Z".into()),
+            "{backend:?}"
+        );
+    }
+}
