@@ -212,12 +212,22 @@ impl Replayer {
         })
     }
 
-    /// Runs a prepared replay in the background; returns at once.
+    /// Runs a prepared replay in the background; returns at once. The replay can be
+    /// cancelled from the moment this returns (its cancel flag is registered here, not when
+    /// the task first runs, which on a busy runtime may be after a cancel request).
     pub fn spawn(&self, prepared: Prepared) {
+        let cancel = self.register(&prepared.row.id);
         let this = self.clone();
         tokio::spawn(async move {
-            let _ = this.run(prepared, |_| {}).await;
+            let _ = this.run_registered(prepared, cancel, |_| {}).await;
         });
+    }
+
+    /// A new cancel flag for replay `id`, listed as running in this process.
+    fn register(&self, id: &str) -> Arc<AtomicBool> {
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.lock_running().insert(id.to_owned(), cancel.clone());
+        cancel
     }
 
     /// Runs a prepared replay to its end, reporting progress after each batch; records how
@@ -227,9 +237,18 @@ impl Replayer {
         prepared: Prepared,
         progress: impl Fn(Progress),
     ) -> Result<replay::Model, DbErr> {
+        let cancel = self.register(&prepared.row.id);
+        self.run_registered(prepared, cancel, progress).await
+    }
+
+    /// [`Replayer::run`], with its cancel flag already registered.
+    async fn run_registered(
+        &self,
+        prepared: Prepared,
+        cancel: Arc<AtomicBool>,
+        progress: impl Fn(Progress),
+    ) -> Result<replay::Model, DbErr> {
         let id = prepared.row.id.clone();
-        let cancel = Arc::new(AtomicBool::new(false));
-        self.lock_running().insert(id.clone(), cancel.clone());
         let result = self.drive(prepared, &cancel, &progress).await;
         self.lock_running().remove(&id);
         let (status, error) = match &result {

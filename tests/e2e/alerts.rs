@@ -755,3 +755,146 @@ kind = "reload_refused"
     }
     daemon.stop();
 }
+
+#[tokio::test]
+async fn a_dead_letter_a_stalled_mailbox_and_a_suspended_principal_each_fire_and_the_principal_resolves()
+ {
+    let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
+    // A port nothing listens on: every push and every IMAP connection fails.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead = closed.local_addr().expect("addr");
+    drop(closed);
+    let sleeper = |status: &str| {
+        format!(
+            "[[principal]]\nid = \"acme-sleeper\"\ntenant = \"acme\"\nkind = \"service\"\n\
+             status = \"{status}\"\n"
+        )
+    };
+    let mailbox = format!(
+        r#"
+[[source]]
+kind = "email"
+name = "inbox"
+tenant = "acme"
+host = "127.0.0.1"
+port = {port}
+security = "plain"
+username = "support"
+password_env = "INBOX_PASSWORD"
+poll_interval = "200ms"
+"#,
+        port = dead.port()
+    );
+    let rest = format!(
+        r#"
+[alerting]
+evaluate_every = "200ms"
+builtin = false
+
+[[target]]
+kind = "http"
+name = "crm"
+url = "http://{dead}/runs"
+insecure_skip_signature = true
+retry = []
+
+[[workflow]]
+id = "pushed"
+tenant = "acme"
+status = "live"
+run_as = "acme-agent"
+target = "crm"
+triggers = [ {{ channel = "webhook", event_type = "ticket.created", priority = 10 }} ]
+
+[[workflow]]
+id = "sleepy"
+tenant = "acme"
+status = "live"
+run_as = "acme-sleeper"
+triggers = [ {{ channel = "chat", event_type = "message", priority = 10 }} ]
+
+[[alert]]
+name = "crm-dead"
+kind = "dead_letters"
+target = "crm"
+threshold = 1
+
+[[alert]]
+name = "inbox-stalled"
+kind = "mailbox_stalled"
+source = "inbox"
+max_age = "1s"
+
+[[alert]]
+name = "authority"
+kind = "authority_degraded"
+"#
+    );
+    let text = config(&db, &format!("{}{mailbox}{rest}", sleeper("suspended")));
+    let daemon = Daemon::start(&db, &text, &[("INBOX_PASSWORD", "not-used")]).await;
+    // One run to a target that never answers, with no retry: dead-lettered at once.
+    let (status, answer) = daemon
+        .post_event(
+            &unique("dead"),
+            &event("webhook", "ticket.created", "acme", "t-dead"),
+        )
+        .await;
+    assert!(status.is_success(), "{answer}");
+    let started = Instant::now();
+    let rules_firing = loop {
+        let mut rules: Vec<String> = alerts(&daemon)
+            .await
+            .iter()
+            .filter(|a| a["state"] == "firing")
+            .filter_map(|a| a["rule"].as_str().map(str::to_owned))
+            .collect();
+        rules.sort();
+        if rules.len() == 3 || started.elapsed() > Duration::from_secs(30) {
+            break rules;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(rules_firing, ["authority", "crm-dead", "inbox-stalled"]);
+    let listed = alerts(&daemon).await;
+    let summary = |rule: &str| {
+        listed
+            .iter()
+            .find(|a| a["rule"] == rule)
+            .and_then(|a| a["summary"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(summary("authority").contains("sleepy"), "{listed:?}");
+    assert!(summary("inbox-stalled").contains("inbox"), "{listed:?}");
+    assert!(summary("crm-dead").contains("crm"), "{listed:?}");
+
+    // The principal is active again: its alert resolves; the mailbox still fails and the dead
+    // letter stays counted in its window.
+    daemon.reload(&config(
+        &db,
+        &format!("{}{mailbox}{rest}", sleeper("active")),
+    ));
+    let started = Instant::now();
+    loop {
+        let listed = alerts(&daemon).await;
+        let state = |rule: &str| {
+            listed
+                .iter()
+                .find(|a| a["rule"] == rule)
+                .and_then(|a| a["state"].as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        if state("authority") == "resolved" {
+            assert_eq!(state("crm-dead"), "firing", "{listed:?}");
+            assert_eq!(state("inbox-stalled"), "firing", "{listed:?}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not resolved: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    daemon.stop();
+}
