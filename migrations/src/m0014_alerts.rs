@@ -9,8 +9,10 @@
 //! that fires or resolves the alert, claimed by a notifier loop (`due_at` is the retry time
 //! or the claim's expiry) and retried with backoff until delivered.
 //!
-//! `intake_source_received (source, received_at)` lets the `source_quiet` rule ask for a
-//! source's newest delivery as one index probe, never a scan of the ledger.
+//! No index on the ledger is added: one leading with `source` (to find a source's newest
+//! delivery for `source_quiet`) was taken by PostgreSQL's generic plan for the intake writer's
+//! per-key probes, which then read every row of the source (intake fell from about 6,000 to
+//! 600 answers/s in `switchyard-bench`; BENCHMARKS.md, round 19).
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::schema::*;
@@ -119,28 +121,10 @@ impl MigrationTrait for Migration {
                     .col("due_at")
                     .to_owned(),
             )
-            .await?;
-        manager
-            .create_index(
-                Index::create()
-                    .name("intake_source_received")
-                    .table("intake")
-                    .col("source")
-                    .col("received_at")
-                    .to_owned(),
-            )
             .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .drop_index(
-                Index::drop()
-                    .name("intake_source_received")
-                    .table("intake")
-                    .to_owned(),
-            )
-            .await?;
         for table in ["alert_notifications", "alerts"] {
             manager
                 .drop_table(Table::drop().table(table).to_owned())

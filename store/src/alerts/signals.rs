@@ -17,9 +17,10 @@ pub struct DeliveryScope<'a> {
 }
 
 impl Store {
-    /// When the newest delivery of `scope` received at or after `not_before` arrived (probes
-    /// `intake_source_received` backwards from now; with a tenant or event type it reads the
-    /// source's deliveries newest first until one matches, so keep `not_before` recent).
+    /// When the newest delivery of `scope` received at or after `not_before` arrived. No index
+    /// serves it (one leading with `source` slowed the intake writer's probes on PostgreSQL,
+    /// see m0014), so it reads the source's rows: run off the intake path, once per evaluation,
+    /// and keep `not_before` recent.
     pub async fn last_delivery(
         &self,
         scope: DeliveryScope<'_>,
