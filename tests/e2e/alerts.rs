@@ -178,6 +178,24 @@ async fn alerts(daemon: &Daemon) -> Vec<Value> {
 }
 
 /// Waits for a firing alert and returns the listing.
+/// The rules firing (sorted) once `count` of them are, or whatever fires after `timeout`.
+async fn firing_rules(daemon: &Daemon, count: usize, timeout: Duration) -> Vec<String> {
+    let started = Instant::now();
+    loop {
+        let mut rules: Vec<String> = alerts(daemon)
+            .await
+            .iter()
+            .filter(|a| a["state"] == "firing")
+            .filter_map(|a| a["rule"].as_str().map(str::to_owned))
+            .collect();
+        rules.sort();
+        if rules.len() == count || started.elapsed() > timeout {
+            return rules;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn firing_alerts(daemon: &Daemon) -> Vec<Value> {
     let started = Instant::now();
     loop {
@@ -711,20 +729,7 @@ kind = "reload_refused"
     assert!(status.is_success());
     // A config that cannot be read is refused on SIGHUP; the old one stays in force.
     daemon.reload("this is not toml [");
-    let started = Instant::now();
-    let rules_firing = loop {
-        let mut rules: Vec<String> = alerts(&daemon)
-            .await
-            .iter()
-            .filter(|a| a["state"] == "firing")
-            .filter_map(|a| a["rule"].as_str().map(str::to_owned))
-            .collect();
-        rules.sort();
-        if rules.len() == 3 || started.elapsed() > Duration::from_secs(20) {
-            break rules;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let rules_firing = firing_rules(&daemon, 3, Duration::from_secs(20)).await;
     assert_eq!(rules_firing, ["crm-failing", "lag", "reloads"]);
     // A worker claims the waiting run and a good config is reloaded: both resolve.
     let claimed = daemon.claim(&["waiting"], 1).await;
@@ -840,20 +845,7 @@ kind = "authority_degraded"
         )
         .await;
     assert!(status.is_success(), "{answer}");
-    let started = Instant::now();
-    let rules_firing = loop {
-        let mut rules: Vec<String> = alerts(&daemon)
-            .await
-            .iter()
-            .filter(|a| a["state"] == "firing")
-            .filter_map(|a| a["rule"].as_str().map(str::to_owned))
-            .collect();
-        rules.sort();
-        if rules.len() == 3 || started.elapsed() > Duration::from_secs(30) {
-            break rules;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let rules_firing = firing_rules(&daemon, 3, Duration::from_secs(30)).await;
     assert_eq!(rules_firing, ["authority", "crm-dead", "inbox-stalled"]);
     let listed = alerts(&daemon).await;
     let summary = |rule: &str| {
