@@ -218,7 +218,18 @@ async fn eight_workers_on_two_daemons_claim_each_run_exactly_once() {
             .map(|n| {
                 let daemon = daemons[n % 2];
                 let entity = format!("{prefix}-{n}");
-                async move { daemon.post_event(&format!("d-{n}"), &job(&entity)).await }
+                async move {
+                    // A 503 ("retry later": not committed within the intake timeout on a
+                    // loaded machine) is retried as a sender would; the retry is the same
+                    // delivery, so it is still one run.
+                    loop {
+                        let answer = daemon.post_event(&format!("d-{n}"), &job(&entity)).await;
+                        if answer.0 != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                            break answer;
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
             })
             .buffer_unordered(16)
             .collect::<Vec<_>>();
@@ -226,10 +237,11 @@ async fn eight_workers_on_two_daemons_claim_each_run_exactly_once() {
         let routed: BTreeSet<String> = answers
             .iter()
             .map(|(status, answer)| {
-                assert_eq!(
-                    answer["outcome"], "routed",
-                    "{backend:?}: {status} {answer}"
-                );
+                // Routed, or (a retry after a 503 whose delivery committed late) the
+                // duplicate of a routed one, naming the same run.
+                let routed = answer["outcome"] == "routed"
+                    || (answer["outcome"] == "duplicate" && answer["first_outcome"] == "routed");
+                assert!(routed, "{backend:?}: {status} {answer}");
                 answer["run_id"].as_str().expect("run_id").to_owned()
             })
             .collect();

@@ -341,7 +341,7 @@ async fn sqlite_gives_the_space_back_under_steady_churn() {
     let shrunk_below = grown_file / 4;
     eventually(
         "the database file gives the space of expired rows back",
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         || async { file_bytes(db.dir.path()) < shrunk_below },
     )
     .await;
