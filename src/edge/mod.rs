@@ -15,6 +15,7 @@ mod body;
 mod cloudevents;
 mod email;
 mod ingest;
+mod openapi;
 mod json_webhook;
 mod pollers;
 pub mod schedule;
@@ -25,6 +26,7 @@ mod webhook;
 use axum::Router;
 use axum::middleware::from_fn;
 
+pub use openapi::document as openapi_document;
 pub use email::mailbox_test;
 pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
 pub use slack::approvals::Approvals;

@@ -261,8 +261,10 @@ impl From<switchyard_core::Disposition> for DeliveryBody {
 }
 
 /// The answer for one delivery: the JSON object of DESIGN.md section 4.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Answer {
+    /// The delivery's outcome (DESIGN.md section 4), snake_case.
+    #[schema(value_type = String, example = "routed")]
     pub outcome: Outcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -276,6 +278,7 @@ pub struct Answer {
     pub intake_id: Option<String>,
     /// For a `duplicate`: the outcome the first copy got.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     pub first_outcome: Option<Outcome>,
     /// For a `routed` run of a workflow at its `max_running`: its dispatch waits for a slot.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
