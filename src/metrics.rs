@@ -477,10 +477,12 @@ impl Metrics {
             let _ = self.workflow_runs_created.get_or_create(&label);
             let _ = self.pull_claims.get_or_create(&label);
             for status in RUN_FINAL_STATUSES {
-                let _ = self.workflow_runs_finished.get_or_create(&WorkflowStatusLabels {
-                    workflow: workflow.to_owned(),
-                    status,
-                });
+                let _ = self
+                    .workflow_runs_finished
+                    .get_or_create(&WorkflowStatusLabels {
+                        workflow: workflow.to_owned(),
+                        status,
+                    });
             }
         }
     }

@@ -9,7 +9,14 @@ use crate::http::openapi::IntakeRefusal;
 use crate::intake::Answer;
 
 #[derive(Debug, OpenApi)]
-#[openapi(paths(webhook, json_webhook, cloudevents, slack, slack_interactivity, web_form))]
+#[openapi(paths(
+    webhook,
+    json_webhook,
+    cloudevents,
+    slack,
+    slack_interactivity,
+    web_form
+))]
 struct IngestDoc;
 
 /// The ingest endpoints' part of the document.

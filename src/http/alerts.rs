@@ -57,7 +57,7 @@ pub fn view(alert: &alert::Model) -> Value {
     })
 }
 
-#[utoipa::path(get, path = "/v1/alerts", tag = "alerts", params(AlertsQuery), responses((status = 200, description = "The alerts", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/alerts", operation_id = "list_alerts", tag = "alerts", params(AlertsQuery), responses((status = 200, description = "The alerts", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
@@ -95,7 +95,7 @@ fn changed(
     }
 }
 
-#[utoipa::path(post, path = "/v1/alerts/{id}/ack", tag = "alerts", params(("id" = String, Path, description = "The id")), responses((status = 200, description = "The alert, acknowledged", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/alerts/{id}/ack", operation_id = "acknowledge_alert", tag = "alerts", params(("id" = String, Path, description = "The id")), responses((status = 200, description = "The alert, acknowledged", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn acknowledge(
     State(state): State<AppState>,
     principal: Principal,
@@ -121,7 +121,7 @@ struct SilenceBody {
 /// The longest silence: past it, an alert must be looked at again.
 const MAX_SILENCE: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
 
-#[utoipa::path(post, path = "/v1/alerts/{id}/silence", tag = "alerts", params(("id" = String, Path, description = "The id")), request_body = SilenceBody, responses((status = 200, description = "The alert, silenced", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/alerts/{id}/silence", operation_id = "silence_alert", tag = "alerts", params(("id" = String, Path, description = "The id")), request_body = SilenceBody, responses((status = 200, description = "The alert, silenced", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn silence(
     State(state): State<AppState>,
     principal: Principal,

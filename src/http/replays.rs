@@ -67,7 +67,7 @@ fn start_error(error: StartError) -> ApiError {
     }
 }
 
-#[utoipa::path(post, path = "/v1/replays", tag = "replays", request_body = CreateReplay, responses((status = 202, description = "The replay, started", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/replays", operation_id = "create_replay", tag = "replays", request_body = CreateReplay, responses((status = 202, description = "The replay, started", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn create(
     State(state): State<AppState>,
     principal: Principal,
@@ -173,7 +173,7 @@ struct ListQuery {
     before: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/replays", tag = "replays", params(ListQuery), responses((status = 200, description = "A page of replays", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/replays", operation_id = "list_replays", tag = "replays", params(ListQuery), responses((status = 200, description = "A page of replays", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
@@ -252,7 +252,7 @@ pub(crate) fn result_view(r: &replay_result::Model) -> Value {
     })
 }
 
-#[utoipa::path(get, path = "/v1/replays/{id}", tag = "replays", params(("id" = String, Path, description = "The id"), OneQuery), responses((status = 200, description = "The replay and its report", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
+#[utoipa::path(get, path = "/v1/replays/{id}", operation_id = "get_replay", tag = "replays", params(("id" = String, Path, description = "The id"), OneQuery), responses((status = 200, description = "The replay and its report", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn one(
     State(state): State<AppState>,
     principal: Principal,
@@ -287,7 +287,7 @@ async fn one(
     Ok(Json(answer))
 }
 
-#[utoipa::path(post, path = "/v1/replays/{id}/cancel", tag = "replays", params(("id" = String, Path, description = "The id")), responses((status = 202, description = "Cancelling", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/replays/{id}/cancel", operation_id = "cancel_replay", tag = "replays", params(("id" = String, Path, description = "The id")), responses((status = 202, description = "Cancelling", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn cancel(
     State(state): State<AppState>,
     principal: Principal,
@@ -310,7 +310,7 @@ async fn cancel(
     Ok((StatusCode::ACCEPTED, Json(view(&row))))
 }
 
-#[utoipa::path(post, path = "/v1/replays/{id}/rerun", tag = "replays", params(("id" = String, Path, description = "The id")), responses((status = 202, description = "The replay, started again", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
+#[utoipa::path(post, path = "/v1/replays/{id}/rerun", operation_id = "rerun_replay", tag = "replays", params(("id" = String, Path, description = "The id")), responses((status = 202, description = "The replay, started again", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn rerun(
     State(state): State<AppState>,
     principal: Principal,

@@ -199,7 +199,10 @@ async fn bad_event_requests_are_recorded_with_their_bytes_and_unauthenticated_on
             .is_some_and(|d| d.starts_with("invalid event JSON")),
         "{answer}"
     );
-    let intake_id = answer["intake_id"].as_str().expect("an intake id").to_owned();
+    let intake_id = answer["intake_id"]
+        .as_str()
+        .expect("an intake id")
+        .to_owned();
     let rows = daemon.intake("outcome=invalid_event&source=api").await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["id"], intake_id.as_str());

@@ -226,13 +226,20 @@ async fn metrics_name_sources_and_workflows_count_claims_and_show_a_refused_relo
         r#"switchyard_config_reloads_total{result="applied"}"#,
         "switchyard_config_reload_refused",
     ] {
-        assert_eq!(values.get(key), Some(&0.0), "{key} at zero in:\n{exposition}");
+        assert_eq!(
+            values.get(key),
+            Some(&0.0),
+            "{key} at zero in:\n{exposition}"
+        );
     }
 
     let ticket = event("webhook", "ticket.created", "acme", "TCK-N");
     let (_, routed) = daemon.post_event("n1", &ticket).await;
     assert_eq!(routed["outcome"], "routed", "{routed}");
-    assert_eq!(daemon.post_event("n1", &ticket).await.1["outcome"], "duplicate");
+    assert_eq!(
+        daemon.post_event("n1", &ticket).await.1["outcome"],
+        "duplicate"
+    );
     let claims = daemon.claim(&["triage"], 5).await;
     assert_eq!(claims.len(), 1, "{claims:?}");
     assert_eq!(
@@ -265,8 +272,14 @@ async fn metrics_name_sources_and_workflows_count_claims_and_show_a_refused_relo
             r#"switchyard_source_deliveries_total{source="zendesk",outcome="routed"}"#,
             0.0,
         ),
-        (r#"switchyard_workflow_runs_created_total{workflow="triage"}"#, 1.0),
-        (r#"switchyard_workflow_runs_created_total{workflow="tagging"}"#, 0.0),
+        (
+            r#"switchyard_workflow_runs_created_total{workflow="triage"}"#,
+            1.0,
+        ),
+        (
+            r#"switchyard_workflow_runs_created_total{workflow="tagging"}"#,
+            0.0,
+        ),
         (
             r#"switchyard_workflow_runs_finished_total{workflow="triage",status="completed"}"#,
             1.0,
@@ -299,7 +312,10 @@ async fn metrics_name_sources_and_workflows_count_claims_and_show_a_refused_relo
         "{ready}"
     );
     assert!(ready["config_reload"]["at"].is_string(), "{ready}");
-    assert_eq!(ready["status"], "ready", "the old revision still serves: {ready}");
+    assert_eq!(
+        ready["status"], "ready",
+        "the old revision still serves: {ready}"
+    );
     let probe = daemon
         .client()
         .get(daemon.url("/readyz"))

@@ -149,7 +149,10 @@ async fn the_document_names_every_route_the_daemon_serves_and_no_other() {
     // the document names a route that is not there.
     for operation in &operations {
         let (method, path) = operation.split_once(' ').expect("METHOD path");
-        let concrete = path.replace("{id}", "x").replace("{token}", "x").replace("{name}", "x");
+        let concrete = path
+            .replace("{id}", "x")
+            .replace("{token}", "x")
+            .replace("{name}", "x");
         let request = match method {
             "GET" => daemon.client().get(daemon.url(&concrete)),
             "POST" => daemon
@@ -163,7 +166,11 @@ async fn the_document_names_every_route_the_daemon_serves_and_no_other() {
         let status = response.status();
         let text = response.text().await.expect("body");
         let answer: Value = serde_json::from_str(&text).unwrap_or(json!({}));
-        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{operation}: {text}");
+        assert_ne!(
+            status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{operation}: {text}"
+        );
         assert!(
             !(status == StatusCode::NOT_FOUND
                 && answer["detail"]
@@ -177,9 +184,16 @@ async fn the_document_names_every_route_the_daemon_serves_and_no_other() {
         );
     }
 
-    // Every operation says what it answers, and every refusal's shape is a named schema.
+    // Every operation says what it answers and has its own id (client generators name
+    // methods by it), and every refusal's shape is a named schema.
+    let mut ids = BTreeSet::new();
     for (path, item) in document["paths"].as_object().expect("paths") {
         for (method, operation) in item.as_object().expect("item") {
+            let id = operation["operationId"].as_str().expect("an operationId");
+            assert!(
+                ids.insert(id.to_owned()),
+                "{method} {path}: `{id}` is not unique"
+            );
             let responses = operation["responses"].as_object().expect("responses");
             assert!(
                 responses.keys().any(|s| s.starts_with('2')),
@@ -195,7 +209,9 @@ async fn the_document_names_every_route_the_daemon_serves_and_no_other() {
 fn readme_endpoints() -> BTreeSet<String> {
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
         .expect("README.md");
-    let start = readme.find("\n### HTTP API\n").expect("the README's API section");
+    let start = readme
+        .find("\n### HTTP API\n")
+        .expect("the README's API section");
     let section = &readme[start + 1..];
     let section = &section[..section[4..].find("\n### ").map_or(section.len(), |e| e + 4)];
     let mut named = BTreeSet::new();
