@@ -46,8 +46,10 @@ curl -fsS "$base/v1/openapi.json" -o "$work/openapi.json"
 echo "openapi-spec-validator: $base/v1/openapi.json"
 "$venv/bin/openapi-spec-validator" "$work/openapi.json"
 
-# not_a_server_error: no 5xx but the documented 503s (store, overload: documented as such);
-# response_schema_conformance: every answer matches the schema of its documented status.
+# not_a_server_error: no 5xx; response_schema_conformance: every answer matches the schema of
+# its documented status (or the `default` refusal's). One worker: CPython 3.11 before 3.11.8
+# can fail parsing in two threads at once ("AST constructor recursion depth mismatch",
+# python/cpython#106905), which Hypothesis does when it describes its strategies.
 status=0
 "$venv/bin/schemathesis" run "$base/v1/openapi.json" \
     --header "Authorization: Bearer $token" \
@@ -57,7 +59,7 @@ status=0
     --seed "${SCHEMATHESIS_SEED:-39}" \
     --generation-database none \
     --request-timeout 30 \
-    --workers 2 \
+    --workers 1 \
     --no-color || status=$?
 if [ "$status" -ne 0 ]; then
     echo "== the daemon's log (last 50 lines)"

@@ -28,7 +28,7 @@ pub use crate::config::API_SOURCE;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct EventRequest {
-    #[schema(value_type = String, example = "web_form")]
+    #[schema(value_type = PostedChannel, inline)]
     channel: Channel,
     event_type: String,
     tenant_id: String,
@@ -37,6 +37,26 @@ struct EventRequest {
     #[serde(default)]
     raw_ref: Option<String>,
 }
+
+/// A channel in the OpenAPI document: one a caller may post ([`Channel::may_be_posted`]).
+#[derive(Debug)]
+struct PostedChannel;
+
+impl utoipa::PartialSchema for PostedChannel {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(
+                Channel::ALL
+                    .into_iter()
+                    .filter(|channel| channel.may_be_posted())
+                    .map(Channel::as_str),
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for PostedChannel {}
 
 /// The prefix of a `raw_ref` naming bytes Switchyard stored. Only Switchyard writes one: a
 /// sender naming another delivery's bytes (another tenant's, say) as its event's original is
