@@ -19,9 +19,36 @@ pub fn router(state: AppState, server: &ServerConfig) -> Router {
         .merge(http::api(&state))
         .merge(crate::edge::routes(server))
         .merge(crate::console::router())
+        .route("/v1/openapi.json", axum::routing::get(openapi_json))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method);
     http::with_limits(app, state, server, crate::edge::signed_only)
+}
+
+/// The OpenAPI 3.1 document of every endpoint but the console's pages: the API's and health
+/// paths (`http::openapi`) and the channels' ingest paths (`edge::openapi_document`). Served
+/// without a token: it describes the API, never a deployment.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut document = http::openapi::document();
+    document.merge(crate::edge::openapi_document());
+    document
+}
+
+/// `GET /v1/openapi.json`: built once, then served from memory.
+async fn openapi_json() -> Response {
+    static DOCUMENT: std::sync::OnceLock<bytes::Bytes> = std::sync::OnceLock::new();
+    let body = DOCUMENT.get_or_init(|| match openapi().to_json() {
+        Ok(json) => bytes::Bytes::from(json),
+        Err(error) => {
+            tracing::error!(%error, "the OpenAPI document does not serialise");
+            bytes::Bytes::new()
+        }
+    });
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.clone(),
+    )
+        .into_response()
 }
 
 async fn no_route(uri: Uri) -> Response {

@@ -293,7 +293,7 @@ pub async fn revoke_if_refused(
         )
         .await?;
     if ended {
-        crate::metrics::metrics().run_finished("cancelled");
+        crate::metrics::metrics().workflow_run_finished(&run.workflow_id, "cancelled");
         tracing::warn!(run_id = %run.id, tenant_id = %run.tenant_id, principal = %refusal.principal, reason = refusal.reason_word(), "run cancelled before delivery: {refusal}");
     }
     Ok(true)

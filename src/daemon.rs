@@ -68,6 +68,7 @@ impl Daemon {
                 .map(|channel| channel.kind())
                 .chain([crate::config::API_SOURCE]),
         );
+        zero_named_series(&live.current());
         let wake = Arc::new(Wake::default());
         let intake = Intake::start(&store, &database, live.clone(), wake.clone())?;
         let sources = Arc::new(SourceStatuses::default());
@@ -181,6 +182,8 @@ impl Daemon {
         log_revision(&live);
         self.state.live.replace(live);
         self.state.alerts.set_reload_refused(None);
+        crate::metrics::metrics().config_reload(false);
+        zero_named_series(&self.state.live.current());
         let current = self.state.live.current();
         self.pollers.apply(&current.settings).await;
         self.socket_mode.apply(&current.settings.sources).await;
@@ -336,4 +339,18 @@ pub fn redact_url(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// The per-name metric series of `live`'s sources (and `api`) and workflows, at zero.
+fn zero_named_series(live: &Live) {
+    crate::metrics::metrics().zero_names(
+        live.settings
+            .loaded
+            .config
+            .sources
+            .iter()
+            .map(crate::config::SourceConfig::name)
+            .chain([crate::config::API_SOURCE]),
+        live.workflows.iter().map(|workflow| workflow.id.as_str()),
+    );
 }

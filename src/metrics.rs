@@ -105,6 +105,32 @@ pub struct AuthFailureLabels {
     pub reason: String,
 }
 
+/// A configured source's name and a delivery's outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceOutcomeLabels {
+    pub source: String,
+    pub outcome: &'static str,
+}
+
+/// A configured workflow's id.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkflowLabel {
+    pub workflow: String,
+}
+
+/// A configured workflow's id and a run's final status.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkflowStatusLabels {
+    pub workflow: String,
+    pub status: &'static str,
+}
+
+/// How a config reload ended: `applied` or `refused`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabel {
+    pub result: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RevisionLabel {
     pub revision: String,
@@ -144,6 +170,12 @@ pub struct Metrics {
     pub socket_reconnects: Family<SourceLabel, Counter>,
     /// Alerts firing in the shared database, as this replica last evaluated them.
     pub alerts_firing: Gauge,
+    pub source_deliveries: Family<SourceOutcomeLabels, Counter>,
+    pub workflow_runs_created: Family<WorkflowLabel, Counter>,
+    pub workflow_runs_finished: Family<WorkflowStatusLabels, Counter>,
+    pub pull_claims: Family<WorkflowLabel, Counter>,
+    pub config_reloads: Family<ReloadLabel, Counter>,
+    pub config_reload_refused: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -334,6 +366,45 @@ impl Metrics {
             "Alerts firing (one per rule and scope, across replicas)",
             alerts_firing.clone(),
         );
+        let source_deliveries = Family::<SourceOutcomeLabels, Counter>::default();
+        registry.register(
+            "source_deliveries",
+            "Deliveries recorded, by configured source name and outcome",
+            source_deliveries.clone(),
+        );
+        let workflow_runs_created = Family::<WorkflowLabel, Counter>::default();
+        registry.register(
+            "workflow_runs_created",
+            "Runs created by routing, by workflow",
+            workflow_runs_created.clone(),
+        );
+        let workflow_runs_finished = Family::<WorkflowStatusLabels, Counter>::default();
+        registry.register(
+            "workflow_runs_finished",
+            "Runs that reached a final status, by workflow and status",
+            workflow_runs_finished.clone(),
+        );
+        let pull_claims = Family::<WorkflowLabel, Counter>::default();
+        registry.register(
+            "pull_claims",
+            "Runs handed to pull workers by POST /v1/claims, by workflow",
+            pull_claims.clone(),
+        );
+        let config_reloads = Family::<ReloadLabel, Counter>::default();
+        for result in ["applied", "refused"] {
+            let _ = config_reloads.get_or_create(&ReloadLabel { result });
+        }
+        registry.register(
+            "config_reloads",
+            "Config reloads (SIGHUP), by result (applied, refused)",
+            config_reloads.clone(),
+        );
+        let config_reload_refused = Gauge::default();
+        registry.register(
+            "config_reload_refused",
+            "1 while the latest config reload was refused (the revision before it stays in force)",
+            config_reload_refused.clone(),
+        );
         // A gauge that is always 1, not an OpenMetrics `info`: the classic text format (and
         // promtool) has no info type.
         let build = Family::<BuildLabels, Gauge>::default();
@@ -374,7 +445,83 @@ impl Metrics {
             socket_envelopes,
             socket_reconnects,
             alerts_firing,
+            source_deliveries,
+            workflow_runs_created,
+            workflow_runs_finished,
+            pull_claims,
+            config_reloads,
+            config_reload_refused,
         }
+    }
+
+    /// The per-name series of the config in force at zero (each source's outcomes, each
+    /// workflow's runs created, finished and claimed), so they are present from the start.
+    /// Names come only from the config, which bounds the series.
+    pub fn zero_names<'a>(
+        &self,
+        sources: impl IntoIterator<Item = &'a str>,
+        workflows: impl IntoIterator<Item = &'a str>,
+    ) {
+        for source in sources {
+            for outcome in switchyard_core::Outcome::ALL {
+                let _ = self.source_deliveries.get_or_create(&SourceOutcomeLabels {
+                    source: source.to_owned(),
+                    outcome: outcome.as_str(),
+                });
+            }
+        }
+        for workflow in workflows {
+            let label = WorkflowLabel {
+                workflow: workflow.to_owned(),
+            };
+            let _ = self.workflow_runs_created.get_or_create(&label);
+            let _ = self.pull_claims.get_or_create(&label);
+            for status in RUN_FINAL_STATUSES {
+                let _ = self
+                    .workflow_runs_finished
+                    .get_or_create(&WorkflowStatusLabels {
+                        workflow: workflow.to_owned(),
+                        status,
+                    });
+            }
+        }
+    }
+
+    /// One delivery of the source named `source` recorded with `outcome`.
+    pub fn source_delivery(&self, source: &str, outcome: switchyard_core::Outcome) {
+        self.source_deliveries
+            .get_or_create(&SourceOutcomeLabels {
+                source: source.to_owned(),
+                outcome: outcome.as_str(),
+            })
+            .inc();
+    }
+
+    /// A run of `workflow` was created by routing.
+    pub fn workflow_run_created(&self, workflow: &str) {
+        self.workflow_runs_created
+            .get_or_create(&WorkflowLabel {
+                workflow: workflow.to_owned(),
+            })
+            .inc();
+    }
+
+    /// `count` runs of `workflow` handed to pull workers.
+    pub fn pull_claimed(&self, workflow: &str, count: u64) {
+        self.pull_claims
+            .get_or_create(&WorkflowLabel {
+                workflow: workflow.to_owned(),
+            })
+            .inc_by(count);
+    }
+
+    /// A config reload ended: applied (`refused` false) or refused.
+    pub fn config_reload(&self, refused: bool) {
+        let result = if refused { "refused" } else { "applied" };
+        self.config_reloads
+            .get_or_create(&ReloadLabel { result })
+            .inc();
+        self.config_reload_refused.set(i64::from(refused));
     }
 
     /// The registry in the OpenMetrics text format.
@@ -477,7 +624,29 @@ impl Metrics {
             .get_or_create(&StatusLabel { status })
             .inc();
     }
+
+    /// One run of `workflow` reached `status` (counted by workflow as well as by status).
+    pub fn workflow_run_finished(&self, workflow: &str, status: &'static str) {
+        self.run_finished(status);
+        self.workflow_runs_finished
+            .get_or_create(&WorkflowStatusLabels {
+                workflow: workflow.to_owned(),
+                status,
+            })
+            .inc();
+    }
 }
+
+/// The final statuses a run reaches, each a `status` of `switchyard_workflow_runs_finished`.
+const RUN_FINAL_STATUSES: [&str; 7] = [
+    "completed",
+    "failed",
+    "cancelled",
+    "superseded",
+    "dead_lettered",
+    "expired",
+    "finished_late",
+];
 
 /// The daemon's metrics. One registry per process: a process runs one daemon.
 pub fn metrics() -> &'static Metrics {

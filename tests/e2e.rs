@@ -28,6 +28,7 @@ mod e2e {
     mod json_webhook;
     mod leases;
     mod metrics;
+    mod openapi;
     mod outage;
     mod pull;
     mod query_plans;

@@ -77,6 +77,7 @@ async fn reload_on_sighup(
                     .state()
                     .alerts
                     .set_reload_refused(Some(format!("{error:#}")));
+                crate::metrics::metrics().config_reload(true);
                 tracing::error!(
                     error = format!("{error:#}"),
                     revision = daemon.state().live.current().revision(),

@@ -72,7 +72,7 @@ fn count(batch: &[Recorded], healths: &TargetHealths) {
                     target: target.clone(),
                 })
                 .inc();
-            metrics.run_finished("dead_lettered");
+            metrics.workflow_run_finished(&recorded.claimed.run.workflow_id, "dead_lettered");
         }
         let delivered = recorded.verdict == Verdict::Delivered;
         let gone = recorded.result == "target_gone";

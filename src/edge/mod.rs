@@ -16,6 +16,7 @@ mod cloudevents;
 mod email;
 mod ingest;
 mod json_webhook;
+mod openapi;
 mod pollers;
 pub mod schedule;
 mod slack;
@@ -26,6 +27,7 @@ use axum::Router;
 use axum::middleware::from_fn;
 
 pub use email::mailbox_test;
+pub use openapi::document as openapi_document;
 pub use pollers::{Handles, Poll, Pollers, SourceStatuses, StartPollers};
 pub use slack::approvals::Approvals;
 pub use slack::socket::SocketMode;

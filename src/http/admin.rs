@@ -76,7 +76,8 @@ pub(crate) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Api
     query.map(|Query(q)| q).map_err(ApiError::from)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct IntakeQuery {
     tenant: Option<String>,
@@ -178,6 +179,7 @@ impl IntakeView {
     }
 }
 
+#[utoipa::path(get, path = "/v1/intake", tag = "ledger", params(IntakeQuery), responses((status = 200, description = "A page of ledger rows", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn list_intake(
     State(state): State<AppState>,
     principal: Principal,
@@ -240,6 +242,7 @@ async fn list_intake(
     Ok(Json(json!({ "intake": rows, "next_before": next_before })))
 }
 
+#[utoipa::path(get, path = "/v1/raw/{id}", tag = "ledger", params(("id" = String, Path, description = "The id")), responses((status = 200, description = "The stored bytes of a delivery, with their content type", body = String, content_type = "application/octet-stream"), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn raw(
     State(state): State<AppState>,
     principal: Principal,
@@ -293,13 +296,15 @@ async fn missing_raw(state: &AppState, id: &str) -> Result<ApiError, ApiError> {
     })
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct LocksQuery {
     tenant: Option<String>,
     limit: Option<String>,
 }
 
+#[utoipa::path(get, path = "/v1/locks", tag = "ledger", params(LocksQuery), responses((status = 200, description = "The entity locks held", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn locks(
     State(state): State<AppState>,
     principal: Principal,
@@ -328,6 +333,7 @@ async fn locks(
     Ok(Json(json!({ "locks": locks })))
 }
 
+#[utoipa::path(get, path = "/v1/workflows", tag = "config", responses((status = 200, description = "The workflows in force", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn workflows(
     State(state): State<AppState>,
     principal: Principal,
@@ -373,6 +379,7 @@ async fn workflows(
     })))
 }
 
+#[utoipa::path(get, path = "/v1/sources", tag = "config", responses((status = 200, description = "The sources in force and their health", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn sources(
     State(state): State<AppState>,
     principal: Principal,

@@ -25,7 +25,8 @@ pub fn router() -> Router<AppState> {
         .route("/v1/alerts/{id}/silence", post(silence))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct AlertsQuery {
     /// `firing` or `resolved`.
@@ -56,6 +57,7 @@ pub fn view(alert: &alert::Model) -> Value {
     })
 }
 
+#[utoipa::path(get, path = "/v1/alerts", operation_id = "list_alerts", tag = "alerts", params(AlertsQuery), responses((status = 200, description = "The alerts", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
@@ -93,6 +95,7 @@ fn changed(
     }
 }
 
+#[utoipa::path(post, path = "/v1/alerts/{id}/ack", operation_id = "acknowledge_alert", tag = "alerts", params(("id" = String, Path, description = "The id")), responses((status = 200, description = "The alert, acknowledged", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn acknowledge(
     State(state): State<AppState>,
     principal: Principal,
@@ -107,7 +110,7 @@ async fn acknowledge(
     changed(result, &id)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SilenceBody {
     /// How long, e.g. `2h` (`0s` lifts a silence).
@@ -118,6 +121,7 @@ struct SilenceBody {
 /// The longest silence: past it, an alert must be looked at again.
 const MAX_SILENCE: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
 
+#[utoipa::path(post, path = "/v1/alerts/{id}/silence", operation_id = "silence_alert", tag = "alerts", params(("id" = String, Path, description = "The id")), request_body = SilenceBody, responses((status = 200, description = "The alert, silenced", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn silence(
     State(state): State<AppState>,
     principal: Principal,

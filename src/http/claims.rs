@@ -57,7 +57,7 @@ const RECHECK: Duration = Duration::from_secs(2);
 /// way to park an entity (its lease is kept alive while the run waits).
 const MAX_RELEASE_DELAY: Duration = Duration::from_secs(3600);
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ClaimRequest {
     /// Workflows whose runs this worker executes.
@@ -67,9 +67,11 @@ struct ClaimRequest {
     max: Option<u64>,
     /// How long to wait for a run when none is due (default 0: answer at once; at most 60s).
     #[serde(default, with = "humantime_serde")]
+    #[schema(value_type = Option<String>, example = "10s")]
     wait: Option<Duration>,
 }
 
+#[utoipa::path(post, path = "/v1/claims", tag = "claims", request_body = ClaimRequest, responses((status = 200, description = "The runs claimed (possibly none)", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn claim(
     State(state): State<AppState>,
     principal: Principal,
@@ -205,6 +207,10 @@ fn too_many_waiting(token: &str, cap: usize) -> Response {
 }
 
 async fn answer(state: &AppState, claims: Vec<PullClaim>) -> Result<Response, ApiError> {
+    let metrics = crate::metrics::metrics();
+    for claim in &claims {
+        metrics.pull_claimed(&claim.claimed.run.workflow_id, 1);
+    }
     Ok(Json(json!({ "claims": claim_views(state, claims).await? })).into_response())
 }
 
@@ -295,7 +301,8 @@ async fn checked(
                 )
                 .await
                 .map_err(super::runs::run_error)?;
-            crate::metrics::metrics().run_finished("dead_lettered");
+            crate::metrics::metrics()
+                .workflow_run_finished(&claim.claimed.run.workflow_id, "dead_lettered");
             continue;
         }
         claims.push(claim);
@@ -362,6 +369,7 @@ fn claim_ttl(state: &AppState, target: &str) -> i64 {
         .map_or(60_000, |t| t.claim_ttl_ms)
 }
 
+#[utoipa::path(post, path = "/v1/claims/{token}/extend", tag = "claims", params(("token" = String, Path, description = "The claim token")), responses((status = 200, description = "The lease, extended", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn extend(
     State(state): State<AppState>,
     principal: Principal,
@@ -404,14 +412,16 @@ async fn find_claim(
     Ok(row.target)
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReleaseRequest {
     /// When the run may be claimed again (default at once; at most 1h).
     #[serde(default, with = "humantime_serde")]
+    #[schema(value_type = Option<String>, example = "10s")]
     delay: Option<Duration>,
 }
 
+#[utoipa::path(post, path = "/v1/claims/{token}/release", tag = "claims", params(("token" = String, Path, description = "The claim token")), request_body(content = Option<ReleaseRequest>, content_type = "application/json"), responses((status = 200, description = "The claim, released", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn release(
     State(state): State<AppState>,
     principal: Principal,

@@ -59,6 +59,7 @@ pub fn router() -> Router<AppState> {
         .route("/readyz", get(readyz))
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "meta", security(()), responses((status = 200, description = "The process is up", body = serde_json::Value)))]
 async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
@@ -74,6 +75,7 @@ fn shows_detail(headers: &HeaderMap, state: &AppState) -> Result<bool, ApiError>
     }
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "meta", security((), ("bearer" = [])), responses((status = 200, description = "Ready (the detail with a `read` token that sees every tenant)", body = serde_json::Value), (status = 503, description = "Not ready, and why", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn readyz(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -97,15 +99,33 @@ async fn readyz(
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not_ready")
     };
+    let reload_refused = state.alerts.reload_refused();
     if !detail {
+        // A refused reload is no unreadiness (the revision before it serves), but a probe
+        // should see that the file on disk is not what runs.
+        if reload_refused.is_some() {
+            return Ok((
+                status,
+                Json(json!({"status": word, "config_reload_refused": true})),
+            ));
+        }
         return Ok((status, Json(json!({"status": word}))));
     }
+    let config_reload = match reload_refused {
+        Some((at, error)) => json!({
+            "refused": true,
+            "at": super::millis_to_rfc3339(at),
+            "error": error,
+        }),
+        None => json!({"refused": false}),
+    };
     Ok((
         status,
         Json(json!({
             "status": word,
             "ready": ready,
             "config_revision": state.live.current().revision(),
+            "config_reload": config_reload,
             "database": database,
             "intake": {"ok": writers_ok, "writers": writers},
             "sources": state.sources.snapshot(),

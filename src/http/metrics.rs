@@ -26,6 +26,7 @@ pub fn guarded_router() -> Router<AppState> {
     Router::new().route("/metrics", get(scrape_guarded))
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "meta", responses((status = 200, description = "The Prometheus text exposition (OpenMetrics when asked for)", body = String, content_type = "text/plain"), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn scrape_guarded(
     state: State<AppState>,
     principal: super::auth::Principal,

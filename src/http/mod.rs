@@ -16,6 +16,7 @@ pub(crate) mod events;
 mod health;
 pub(crate) mod intake_answer;
 mod metrics;
+pub(crate) mod openapi;
 mod oversize;
 pub(crate) mod replays;
 mod revisions;

@@ -30,14 +30,16 @@ pub fn router() -> Router<AppState> {
 }
 
 /// `POST /v1/replays`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateReplay {
     /// `diagnostic` (default) or `live`.
     #[serde(default = "diagnostic")]
+    #[schema(value_type = String, example = "diagnostic")]
     mode: Mode,
     /// `original` (default), `current` or `candidate`.
     #[serde(default = "original")]
+    #[schema(value_type = String, example = "original")]
     revision: RevisionChoice,
     /// The candidate config file's text, with `revision = "candidate"`.
     candidate: Option<String>,
@@ -65,6 +67,7 @@ fn start_error(error: StartError) -> ApiError {
     }
 }
 
+#[utoipa::path(post, path = "/v1/replays", operation_id = "create_replay", tag = "replays", request_body = CreateReplay, responses((status = 202, description = "The replay, started", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn create(
     State(state): State<AppState>,
     principal: Principal,
@@ -162,13 +165,15 @@ pub(crate) fn view(row: &replay::Model) -> Value {
     })
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     limit: Option<String>,
     before: Option<String>,
 }
 
+#[utoipa::path(get, path = "/v1/replays", operation_id = "list_replays", tag = "replays", params(ListQuery), responses((status = 200, description = "A page of replays", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
@@ -189,7 +194,8 @@ async fn list(
     Ok(Json(json!({ "replays": rows, "next_before": next_before })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct OneQuery {
     limit: Option<String>,
@@ -246,6 +252,7 @@ pub(crate) fn result_view(r: &replay_result::Model) -> Value {
     })
 }
 
+#[utoipa::path(get, path = "/v1/replays/{id}", operation_id = "get_replay", tag = "replays", params(("id" = String, Path, description = "The id"), OneQuery), responses((status = 200, description = "The replay and its report", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn one(
     State(state): State<AppState>,
     principal: Principal,
@@ -280,6 +287,7 @@ async fn one(
     Ok(Json(answer))
 }
 
+#[utoipa::path(post, path = "/v1/replays/{id}/cancel", operation_id = "cancel_replay", tag = "replays", params(("id" = String, Path, description = "The id")), responses((status = 202, description = "Cancelling", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn cancel(
     State(state): State<AppState>,
     principal: Principal,
@@ -302,6 +310,7 @@ async fn cancel(
     Ok((StatusCode::ACCEPTED, Json(view(&row))))
 }
 
+#[utoipa::path(post, path = "/v1/replays/{id}/rerun", operation_id = "rerun_replay", tag = "replays", params(("id" = String, Path, description = "The id")), responses((status = 202, description = "The replay, started again", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn rerun(
     State(state): State<AppState>,
     principal: Principal,

@@ -20,7 +20,8 @@ pub fn router() -> Router<AppState> {
         .route("/v1/revisions/{id}", get(one))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct RevisionsQuery {
     limit: Option<String>,
@@ -44,6 +45,7 @@ fn view(revision: Revision, principal: &Principal, with_content: bool) -> Value 
     view
 }
 
+#[utoipa::path(get, path = "/v1/revisions", operation_id = "list_revisions", tag = "config", params(RevisionsQuery), responses((status = 200, description = "A page of config revisions", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
@@ -66,6 +68,7 @@ async fn list(
 }
 
 /// One revision by its id or by its `config_revision` hash (as ledger rows name it).
+#[utoipa::path(get, path = "/v1/revisions/{id}", operation_id = "get_revision", tag = "config", params(("id" = String, Path, description = "The id")), responses((status = 200, description = "The revision", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn one(
     State(state): State<AppState>,
     principal: Principal,

@@ -28,7 +28,8 @@ pub fn router() -> Router<AppState> {
         .route("/v1/runs/{id}/redispatch", post(redispatch))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct RunsQuery {
     tenant: Option<String>,
@@ -124,6 +125,7 @@ pub(crate) fn parse_status(status: &str) -> Result<RunStatus, ApiError> {
     status.parse().map_err(ApiError::BadRequest)
 }
 
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(RunsQuery), responses((status = 200, description = "A page of runs", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn list_runs(
     State(state): State<AppState>,
     principal: Principal,
@@ -150,6 +152,7 @@ async fn list_runs(
 }
 
 /// A run with its dispatch, every attempt and its history.
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The id")), responses((status = 200, description = "The run", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn get_run(
     State(state): State<AppState>,
     principal: Principal,
@@ -221,16 +224,18 @@ async fn get_run(
 }
 
 /// What a worker proves it is the current holder with.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct HeartbeatRequest {
     /// The fencing token from the run message.
     fencing_token: i64,
     /// What the worker used since its last report, by budget key; added to the run's totals.
     #[serde(default)]
+    #[schema(value_type = std::collections::BTreeMap<String, f64>)]
     usage: Usage,
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/heartbeat", tag = "runs", params(("id" = String, Path, description = "The id")), request_body = HeartbeatRequest, responses((status = 200, description = "The lease, extended", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn heartbeat(
     State(state): State<AppState>,
     principal: Principal,
@@ -253,7 +258,7 @@ async fn heartbeat(
     })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct FinishRequest {
     /// `completed`, `failed`, `cancelled` or `superseded`.
@@ -262,6 +267,7 @@ struct FinishRequest {
     fencing_token: i64,
     /// What the worker used since its last report, by budget key.
     #[serde(default)]
+    #[schema(value_type = std::collections::BTreeMap<String, f64>)]
     usage: Usage,
     /// The worker's own version: which code ran.
     #[serde(default)]
@@ -271,6 +277,7 @@ struct FinishRequest {
     subject_version: Option<String>,
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/finish", tag = "runs", params(("id" = String, Path, description = "The id")), request_body = FinishRequest, responses((status = 200, description = "The run, finished", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn finish(
     State(state): State<AppState>,
     principal: Principal,
@@ -325,7 +332,7 @@ pub(crate) async fn finish_run(
         .finish_run(id, fencing_token, status, report, now_millis())
         .await
         .map_err(ended_by_daemon)?;
-    crate::metrics::metrics().run_finished(run.status.as_str());
+    crate::metrics::metrics().workflow_run_finished(&run.workflow_id, run.status.as_str());
     // Its end freed a `max_running` slot: a waiting pull worker of its workflow may claim.
     let capped = state
         .live
@@ -357,6 +364,7 @@ pub(crate) async fn visible_run(
 
 /// Starts a new attempt series for a dead-lettered run (same dispatch id, new fencing token),
 /// or answers `entity_locked` naming the run that holds its entity now.
+#[utoipa::path(post, path = "/v1/runs/{id}/redispatch", tag = "runs", params(("id" = String, Path, description = "The id")), responses((status = 200, description = "A new attempt series", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn redispatch(
     State(state): State<AppState>,
     principal: Principal,
@@ -380,6 +388,7 @@ async fn redispatch(
         Redispatched::EntityLocked { held_by_run_id } => Ok((
             StatusCode::CONFLICT,
             Json(json!({
+                "error": "entity_locked",
                 "outcome": "entity_locked",
                 "detail": format!("run {held_by_run_id} holds the entity now; redispatch after it ends"),
                 "held_by_run_id": held_by_run_id,

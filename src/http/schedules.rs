@@ -15,6 +15,7 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/v1/schedules", get(list))
 }
 
+#[utoipa::path(get, path = "/v1/schedules", operation_id = "list_schedules", tag = "config", responses((status = 200, description = "The schedules and their next firings", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn list(
     State(state): State<AppState>,
     principal: Principal,

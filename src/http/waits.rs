@@ -42,7 +42,7 @@ pub fn resume_router() -> Router<AppState> {
     Router::new().route("/v1/waits/resume", post(post_resume))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct OpenBody {
     fencing_token: i64,
@@ -57,7 +57,7 @@ struct OpenBody {
     notify: Option<NotifyBody>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ProposalBody {
     id: String,
@@ -68,13 +68,13 @@ struct ProposalBody {
 }
 
 /// `notify`: `{"slack": {"source": "<slack source>", "channel": "C..."}}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct NotifyBody {
     slack: SlackNotifyBody,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SlackNotifyBody {
     source: String,
@@ -141,6 +141,7 @@ impl OpenBody {
     }
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/waits", tag = "waits", params(("id" = String, Path, description = "The id")), request_body = OpenBody, responses((status = 201, description = "The wait, opened", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn open_wait(
     State(state): State<AppState>,
     principal: Principal,
@@ -211,6 +212,7 @@ pub(crate) fn wait_view(w: &wait::Model) -> Value {
 }
 
 /// A run's waits, oldest first (never their tokens).
+#[utoipa::path(get, path = "/v1/runs/{id}/waits", tag = "waits", params(("id" = String, Path, description = "The id")), responses((status = 200, description = "The run's waits", body = serde_json::Value), (status = "default", description = "A refusal", body = super::openapi::Problem)))]
 async fn list_waits(
     State(state): State<AppState>,
     principal: Principal,
@@ -224,7 +226,7 @@ async fn list_waits(
     ))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ResumeBody {
     tenant_id: String,
@@ -236,6 +238,7 @@ struct ResumeBody {
     actor: Option<String>,
 }
 
+#[utoipa::path(post, path = "/v1/waits/resume", tag = "waits", params(("Idempotency-Key" = String, Header, description = "The delivery id: a copy answers `duplicate`")), request_body(content = ResumeBody, content_type = "application/json"), responses((status = 200, description = "The delivery's outcome (routed, duplicate, no_trigger_match, entity_locked, ...)", body = crate::intake::Answer), (status = "default", description = "A refusal: the delivery's outcome (invalid_event 400, rate_limited 429, ...) or a refusal before intake", body = super::openapi::IntakeRefusal)))]
 async fn post_resume(
     State(state): State<AppState>,
     principal: Principal,

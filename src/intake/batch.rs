@@ -167,6 +167,13 @@ impl Batch for DeliveryBatch {
             }
         }
         for (pending, answer) in pending.into_iter().zip(answers) {
+            // By name: a delivery's source is a configured one (or `api`), which bounds them.
+            metrics.source_delivery(&pending.delivery.source, answer.outcome);
+            if answer.outcome == Outcome::Routed
+                && let Some(workflow) = answer.workflow_id.as_deref()
+            {
+                metrics.workflow_run_created(workflow);
+            }
             let _ = pending.reply.send(Ok(answer));
         }
     }

@@ -261,8 +261,10 @@ impl From<switchyard_core::Disposition> for DeliveryBody {
 }
 
 /// The answer for one delivery: the JSON object of DESIGN.md section 4.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Answer {
+    /// The delivery's outcome (DESIGN.md section 4).
+    #[schema(value_type = OutcomeName, inline)]
     pub outcome: Outcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -276,6 +278,7 @@ pub struct Answer {
     pub intake_id: Option<String>,
     /// For a `duplicate`: the outcome the first copy got.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<OutcomeName>, inline)]
     pub first_outcome: Option<Outcome>,
     /// For a `routed` run of a workflow at its `max_running`: its dispatch waits for a slot.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -301,6 +304,22 @@ impl Answer {
         }
     }
 }
+
+/// An outcome in the OpenAPI document: a string of the closed set, read from
+/// [`Outcome::ALL`], so a new outcome is in the document the day it exists.
+#[derive(Debug)]
+pub struct OutcomeName;
+
+impl utoipa::PartialSchema for OutcomeName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(Outcome::ALL.map(Outcome::as_str)))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for OutcomeName {}
 
 /// The store could not commit the delivery; nothing was accepted and the sender should retry.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -85,7 +85,8 @@ pub async fn fire_due(store: &Store, live: &LiveConfig, now: Millis) -> Result<F
             }
             Some(WaitEnd::Failed) => {
                 fired.failed += 1;
-                crate::metrics::metrics().run_finished(RunStatus::Failed.as_str());
+                crate::metrics::metrics()
+                    .workflow_run_finished(&wait.workflow_id, RunStatus::Failed.as_str());
                 tracing::info!(run_id = %wait.run_id, wait_id = %wait.wait_id, "wait timed out; run failed and released its entity");
             }
         }

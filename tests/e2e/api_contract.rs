@@ -155,3 +155,99 @@ async fn a_refused_event_says_why_in_the_answer() {
     daemon.stop();
     db.drop_database().await;
 }
+
+/// A bad `/v1/events` request from a token that may send events is recorded like a bad webhook
+/// delivery: `invalid_event` with its raw bytes, found in `/v1/intake` and `/v1/raw`; the same
+/// bad request again is its duplicate (same status), a corrected one under the same key is new
+/// work; and a request without a valid token records nothing.
+#[tokio::test]
+async fn bad_event_requests_are_recorded_with_their_bytes_and_unauthenticated_ones_are_not() {
+    let Some(db) = TestDb::create(super::harness::Backend::Sqlite).await else {
+        return;
+    };
+    let daemon = Daemon::start(&db, &config(&db, WORKED_EXAMPLE), &[]).await;
+    let client = daemon.client().clone();
+    let post = |key: Option<&str>, body: &'static str, token: Option<&str>| {
+        let mut request = client
+            .post(daemon.url("/v1/events"))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        send(request)
+    };
+    const MALFORMED: &str = r#"{"channel": "webhook", "event_type": "ticket.created", "#;
+
+    // Unauthenticated, or with a wrong token: 401, nothing recorded.
+    for token in [None, Some("not-the-token-at-all")] {
+        let (status, answer) = post(Some("bad-1"), MALFORMED, token).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}: {answer}");
+    }
+    assert!(daemon.intake("").await.is_empty(), "nothing was recorded");
+
+    // Malformed JSON: 400 invalid_event, recorded with the bytes as sent.
+    let (status, answer) = post(Some("bad-1"), MALFORMED, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(answer["outcome"], "invalid_event", "{answer}");
+    assert!(
+        answer["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("invalid event JSON")),
+        "{answer}"
+    );
+    let intake_id = answer["intake_id"]
+        .as_str()
+        .expect("an intake id")
+        .to_owned();
+    let rows = daemon.intake("outcome=invalid_event&source=api").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["id"], intake_id.as_str());
+    assert_eq!(rows[0]["delivery_id"], "bad-1");
+    assert_eq!(rows[0]["detail"], answer["detail"]);
+    let raw_ref = rows[0]["raw_ref"].as_str().expect("a raw_ref");
+    assert_eq!(
+        daemon.raw(raw_ref).await.expect("the raw bytes"),
+        MALFORMED.as_bytes()
+    );
+
+    // The same bad request again: its duplicate, refused the same way, no second row.
+    let (status, again) = post(Some("bad-1"), MALFORMED, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{again}");
+    assert_eq!(again["outcome"], "duplicate", "{again}");
+    assert_eq!(again["first_outcome"], "invalid_event", "{again}");
+    // No Idempotency-Key: recorded too, under an id of its own.
+    let (status, unkeyed) = post(None, r#"{"channel": "webhook"}"#, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{unkeyed}");
+    assert_eq!(unkeyed["outcome"], "invalid_event", "{unkeyed}");
+    let rows = daemon.intake("outcome=invalid_event").await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows[0]["delivery_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("unkeyed:")),
+        "{rows:?}"
+    );
+    assert_eq!(
+        daemon
+            .raw(rows[0]["raw_ref"].as_str().expect("raw_ref"))
+            .await
+            .expect("bytes"),
+        br#"{"channel": "webhook"}"#
+    );
+
+    // The sender fixes its body and sends it under the same key: new work, routed.
+    let (status, fixed) = post(
+        Some("bad-1"),
+        r#"{"channel": "webhook", "event_type": "ticket.created", "tenant_id": "acme",
+            "target_entity_id": "TCK-BAD", "payload": {}}"#,
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{fixed}");
+    assert_eq!(fixed["outcome"], "routed", "{fixed}");
+    daemon.stop();
+}

@@ -106,7 +106,8 @@ async fn metrics_count_exactly_what_happened_and_pass_promtool() {
         ("switchyard_runs_created_total", 1.0),
         (r#"switchyard_runs_finished_total{status="completed"}"#, 1.0),
         (r#"switchyard_pending_dispatches{target="pull"}"#, 0.0),
-        ("switchyard_intake_batch_size_sum", 3.0),
+        // The three events, and the malformed one (recorded `invalid_event` with its bytes).
+        ("switchyard_intake_batch_size_sum", 4.0),
         // Series nothing moved yet are there from the start, at zero.
         (
             r#"switchyard_deliveries_total{source_kind="cloudevents",outcome="routed"}"#,
@@ -198,5 +199,161 @@ async fn metrics_listen_serves_only_metrics_without_a_token() {
         .await
         .expect("send");
     assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    daemon.stop();
+}
+
+/// Deliveries by configured source name, runs by workflow, pull claims, and config reloads:
+/// every series present at zero from the start, counted exactly, no name from a request
+/// (an unknown source in a URL) ever a label; a refused reload shows in `/metrics` and
+/// `/readyz` until a reload is applied.
+#[tokio::test]
+async fn metrics_name_sources_and_workflows_count_claims_and_show_a_refused_reload() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let text = config(&db, &format!("{SOURCE}{WORKED_EXAMPLE}"));
+    let daemon = Daemon::start(&db, &text, &[("METRICS_SECRET", "s")]).await;
+
+    let exposition = daemon.metrics().await;
+    let values = samples(&exposition);
+    for key in [
+        r#"switchyard_source_deliveries_total{source="zendesk",outcome="routed"}"#,
+        r#"switchyard_source_deliveries_total{source="api",outcome="invalid_event"}"#,
+        r#"switchyard_workflow_runs_created_total{workflow="triage"}"#,
+        r#"switchyard_workflow_runs_finished_total{workflow="triage",status="completed"}"#,
+        r#"switchyard_pull_claims_total{workflow="triage"}"#,
+        r#"switchyard_config_reloads_total{result="refused"}"#,
+        r#"switchyard_config_reloads_total{result="applied"}"#,
+        "switchyard_config_reload_refused",
+    ] {
+        assert_eq!(
+            values.get(key),
+            Some(&0.0),
+            "{key} at zero in:\n{exposition}"
+        );
+    }
+
+    let ticket = event("webhook", "ticket.created", "acme", "TCK-N");
+    let (_, routed) = daemon.post_event("n1", &ticket).await;
+    assert_eq!(routed["outcome"], "routed", "{routed}");
+    assert_eq!(
+        daemon.post_event("n1", &ticket).await.1["outcome"],
+        "duplicate"
+    );
+    let claims = daemon.claim(&["triage"], 5).await;
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    assert_eq!(
+        daemon.finish(&run_id(&routed), "completed").await.0,
+        StatusCode::OK
+    );
+    // A source no config names: 404, and never a label.
+    let unknown = daemon
+        .client()
+        .post(daemon.url("/v1/ingest/webhook/no-such-source"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+
+    let exposition = daemon.metrics().await;
+    let values = samples(&exposition);
+    for (key, value) in [
+        (
+            r#"switchyard_source_deliveries_total{source="api",outcome="routed"}"#,
+            1.0,
+        ),
+        (
+            r#"switchyard_source_deliveries_total{source="api",outcome="duplicate"}"#,
+            1.0,
+        ),
+        (
+            r#"switchyard_source_deliveries_total{source="zendesk",outcome="routed"}"#,
+            0.0,
+        ),
+        (
+            r#"switchyard_workflow_runs_created_total{workflow="triage"}"#,
+            1.0,
+        ),
+        (
+            r#"switchyard_workflow_runs_created_total{workflow="tagging"}"#,
+            0.0,
+        ),
+        (
+            r#"switchyard_workflow_runs_finished_total{workflow="triage",status="completed"}"#,
+            1.0,
+        ),
+        (r#"switchyard_pull_claims_total{workflow="triage"}"#, 1.0),
+    ] {
+        assert_eq!(values.get(key), Some(&value), "{key} in:\n{exposition}");
+    }
+    assert!(!exposition.contains("no-such-source"), "{exposition}");
+
+    // A refused reload: in /metrics and /readyz (the detail with a token, a flag without).
+    daemon.reload(&format!("{text}\nprioritee = 3\n"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let ready = loop {
+        let ready = daemon.get("/readyz").await;
+        if ready["config_reload"]["refused"] == true {
+            break ready;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refused reload never showed in /readyz: {ready}\n{}",
+            daemon.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(
+        ready["config_reload"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("prioritee")),
+        "{ready}"
+    );
+    assert!(ready["config_reload"]["at"].is_string(), "{ready}");
+    assert_eq!(
+        ready["status"], "ready",
+        "the old revision still serves: {ready}"
+    );
+    let probe = daemon
+        .client()
+        .get(daemon.url("/readyz"))
+        .send()
+        .await
+        .expect("probe");
+    assert_eq!(probe.status(), StatusCode::OK);
+    let probe: serde_json::Value = probe.json().await.expect("json");
+    assert_eq!(
+        probe,
+        json!({"status": "ready", "config_reload_refused": true})
+    );
+    let values = samples(&daemon.metrics().await);
+    assert_eq!(values.get("switchyard_config_reload_refused"), Some(&1.0));
+    assert_eq!(
+        values.get(r#"switchyard_config_reloads_total{result="refused"}"#),
+        Some(&1.0)
+    );
+
+    // The file fixed: applied, and the refusal is gone from both.
+    daemon.reload(&text);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let ready = daemon.get("/readyz").await;
+        if ready["config_reload"]["refused"] == false {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the applied reload never cleared the refusal: {ready}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let values = samples(&daemon.metrics().await);
+    assert_eq!(values.get("switchyard_config_reload_refused"), Some(&0.0));
+    assert_eq!(
+        values.get(r#"switchyard_config_reloads_total{result="applied"}"#),
+        Some(&1.0)
+    );
     daemon.stop();
 }

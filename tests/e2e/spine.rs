@@ -175,7 +175,8 @@ async fn redelivery_answers_the_first_outcome_and_creates_nothing() {
     }
 }
 
-/// Everything here is refused before the store: the ledger, runs and locks stay as they were.
+/// Everything here is refused before a run or a lock: runs and locks stay as they were, and
+/// only the bad canonical events are recorded (`invalid_event`, like bad webhook deliveries).
 #[tokio::test]
 async fn bad_input_is_refused_with_a_specific_error_and_changes_nothing() {
     let Some(db) = TestDb::create(super::harness::Backend::Sqlite).await else {
@@ -326,8 +327,16 @@ async fn bad_input_is_refused_with_a_specific_error_and_changes_nothing() {
     let (status, _) = daemon.get_status("/v1/runs?status=sleeping").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 
-    // Nothing above was recorded: one ledger row, one run (now failed).
-    assert_eq!(daemon.intake("").await.len(), 1);
+    // Nothing above changed a run or a lock: one routed ledger row, one run (now failed). The
+    // six bad `/v1/events` requests are recorded `invalid_event` with their bytes, as bad
+    // webhook deliveries are (issue 39); nothing else above is.
+    let ledger = daemon.intake("").await;
+    let routed: Vec<_> = ledger
+        .iter()
+        .filter(|row| row["outcome"] != "invalid_event")
+        .collect();
+    assert_eq!(routed.len(), 1, "{ledger:?}");
+    assert_eq!(ledger.len() - routed.len(), 6, "{ledger:?}");
     let runs = daemon.runs("").await;
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0]["status"], "failed");
