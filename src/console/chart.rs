@@ -288,7 +288,8 @@ mod tests {
         assert_eq!(chart.svg.matches("<rect").count(), 4);
         assert!(chart.svg.contains("&lt;x&gt;"), "{}", chart.svg);
         assert!(!chart.svg.contains("<x>"));
-        // The first bar (4) is the highest: full height.
-        assert!(chart.svg.contains(r#"height="150.0""#), "{}", chart.svg);
+        // The first bar (3 + 1) is the highest: its parts fill the plot's 150 px.
+        assert!(chart.svg.contains(r#"height="112.5""#), "{}", chart.svg);
+        assert!(chart.svg.contains(r#"height="37.5""#), "{}", chart.svg);
     }
 }

@@ -134,7 +134,11 @@ impl PayloadMatch {
         match self.path.resolve(&payload) {
             Some(serde_json::Value::String(s)) => *s == self.value,
             Some(serde_json::Value::Null) | None => false,
-            Some(other) => other.to_string() == self.value,
+            // A number or boolean as JSON writes it (`7`, `true`).
+            Some(other) => {
+                let text = other.to_string();
+                text == self.value
+            }
         }
     }
 }
@@ -629,6 +633,12 @@ async fn one(
     ];
     if let Some(shadow) = &row.shadow {
         facts.push(("Shadow workflows", shadow_sentence(shadow)));
+    }
+    if let (Some(replay), Some(original)) = (&row.replay_id, &row.replay_of) {
+        facts.push((
+            "Re-admitted by",
+            format!("live replay {replay} of delivery {original}"),
+        ));
     }
     let replays = state
         .store

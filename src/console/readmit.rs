@@ -78,7 +78,7 @@ async fn confirm_one(
         title: "Re-admit 1 delivery?".into(),
         lines: vec![
             format!(
-                "Delivery {} from source {} (received {} UTC), now {}{}.",
+                "Delivery {} from source {} (received {} UTC), recorded as {}{}.",
                 row.delivery_id,
                 row.source,
                 super::stamp_ms(row.received_at),
@@ -91,7 +91,7 @@ async fn confirm_one(
                 "It goes through intake again under the revision in force ({revision}), as a live replay of one: it may start a run and take its entity's lock."
             ),
             format!(
-                "It is recorded as a new delivery `replay:<replay id>:{}` linked to this one; you are recorded as {}.",
+                "It is recorded as a new delivery `replay:<replay id>:{}` linked to this one; the replay records you as token:{}.",
                 row.delivery_id, viewer.principal.name
             ),
         ],
@@ -245,7 +245,7 @@ async fn confirm_set(
                 "Each goes through intake again under the revision in force ({revision}), as one live replay: they may start runs and take entity locks. Re-admissions already in the ledger are not taken again."
             ),
             format!(
-                "Each is recorded as a new delivery `replay:<replay id>:<delivery id>` linked to its original; you are recorded as {}.",
+                "Each is recorded as a new delivery `replay:<replay id>:<delivery id>` linked to its original; the replay records you as token:{}.",
                 viewer.principal.name
             ),
         ],

@@ -206,7 +206,7 @@ async fn page(
                 spark: Default::default(),
                 secret: match (s.settings().signing_secret_env(), s.settings().unsigned()) {
                     (_, Some(why)) => format!("not signed ({why})"),
-                    (Some(var), None) => format!("set, from ${var}"),
+                    (Some(var), None) => format!("from ${var}"),
                     (None, None) => "not a signed source".into(),
                 },
                 secret_set: s.settings().signing_secret_env().is_some()

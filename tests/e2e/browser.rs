@@ -397,9 +397,7 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         .expect("re-admit");
     browser
         .wait()
-        .for_element(Locator::XPath(
-            "//h2[normalize-space()='Deliveries it took']",
-        ))
+        .for_element(Locator::Css("dl.facts"))
         .await
         .expect("the replay page");
     // The replay runs in the background: reload until it took the delivery.

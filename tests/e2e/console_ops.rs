@@ -471,7 +471,7 @@ async fn sources_show_their_secret_and_send_a_signed_test_event_that_starts_no_r
             "the URL to paste"
         );
         assert!(
-            sources.contains("set, from $ZENDESK_ACME_SECRET"),
+            sources.contains("from $ZENDESK_ACME_SECRET"),
             "{backend:?}: {sources}"
         );
         assert!(sources.contains("Send a test event"));
