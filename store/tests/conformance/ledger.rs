@@ -513,3 +513,64 @@ async fn ledger_chart_counts_rows_per_bucket_and_outcome() {
         );
     }
 }
+
+/// A delivery's replays: the results of every replay that took it, newest replay first, and
+/// none of another delivery's.
+#[tokio::test]
+async fn replays_of_a_delivery_are_its_results_newest_replay_first() {
+    use sea_orm::EntityTrait;
+    use switchyard_store::entities::replay_result;
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let now = start();
+        let (original, other) = (id_at(now - 5_000), id_at(now - 4_000));
+        let result = |replay: &str, intake: &str, new: Option<&str>| replay_result::Model {
+            id: id_at(now),
+            replay_id: replay.into(),
+            intake_id: intake.into(),
+            source: "github".into(),
+            delivery_id: intake.into(),
+            tenant_id: Some("acme".into()),
+            event_type: Some("issues.opened".into()),
+            received_at: now - 5_000,
+            original_outcome: "entity_locked".into(),
+            original_workflow_id: None,
+            replayed_outcome: "routed".into(),
+            replayed_workflow_id: None,
+            differs: true,
+            why: None,
+            new_intake_id: new.map(str::to_owned),
+            new_run_id: None,
+        };
+        let (older, newer) = (id_at(now - 2_000), id_at(now - 1_000));
+        for row in [
+            result(&older, &original, None),
+            result(&newer, &original, Some("new-row")),
+            result(&newer, &other, Some("other-row")),
+        ] {
+            replay_result::Entity::insert(replay_result::ActiveModel::from(row))
+                .exec_without_returning(store.connection())
+                .await
+                .expect("insert result");
+        }
+        let found = store
+            .replays_of_delivery(&original, 20)
+            .await
+            .expect("replays of");
+        assert_eq!(
+            found
+                .iter()
+                .map(|r| (r.replay_id.as_str(), r.new_intake_id.as_deref()))
+                .collect::<Vec<_>>(),
+            [(newer.as_str(), Some("new-row")), (older.as_str(), None)],
+            "{backend:?}"
+        );
+        assert!(
+            store
+                .replays_of_delivery("nothing", 20)
+                .await
+                .expect("none")
+                .is_empty()
+        );
+    }
+}
