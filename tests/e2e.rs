@@ -19,6 +19,7 @@ mod e2e {
     mod concurrency;
     mod conditions;
     mod console;
+    mod console_ops;
     mod dispatch;
     mod email;
     mod email_oauth;

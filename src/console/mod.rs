@@ -9,8 +9,10 @@
 //! [`Principal`]: crate::http::auth::Principal
 
 mod alerts;
+mod chart;
 mod deliveries;
 mod locks;
+mod readmit;
 mod replays;
 mod runs;
 mod schedules;
@@ -54,6 +56,22 @@ impl ConsoleError {
     pub fn not_found(what: &str) -> Self {
         Self::new(StatusCode::NOT_FOUND, &format!("No {what} with that id."))
     }
+}
+
+/// A confirmation before an operator action: what will happen in a few lines, and a form that
+/// posts `fields` (and the CSRF token) to `action` when the operator agrees.
+#[derive(askama::Template)]
+#[template(path = "confirm.html")]
+pub struct Confirm {
+    pub chrome: Chrome,
+    pub title: String,
+    pub lines: Vec<String>,
+    pub action: String,
+    pub fields: Vec<(String, String)>,
+    pub button: String,
+    pub danger: bool,
+    /// Where "Go back" leads.
+    pub back: String,
 }
 
 #[derive(askama::Template)]
@@ -150,6 +168,7 @@ pub fn router() -> Router<AppState> {
         .merge(sources::router())
         .merge(schedules::router())
         .merge(replays::router())
+        .merge(readmit::router())
         .merge(alerts::router())
         .layer(axum::middleware::map_response(harden))
 }
@@ -189,6 +208,54 @@ pub fn stamp(millis: i64) -> String {
     chrono::DateTime::from_timestamp_millis(millis)
         .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
         .unwrap_or_default()
+}
+
+/// `2026-12-01 10:42:07.123` UTC: the ledger's times, to the millisecond.
+pub fn stamp_ms(millis: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(millis)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
+        .unwrap_or_default()
+}
+
+/// A long id as a table shows it: its first 8 and last 4 characters (the page keeps the whole
+/// id in the cell's `title` and text for copying). Short ids are shown whole.
+pub fn short_id(id: &str) -> String {
+    let chars: Vec<char> = id.chars().collect();
+    if chars.len() <= 16 {
+        return id.to_owned();
+    }
+    let head: String = chars[..8].iter().collect();
+    let tail: String = chars[chars.len() - 4..].iter().collect();
+    format!("{head}…{tail}")
+}
+
+/// A page that reloads itself every [`AutoRefresh::SECONDS`] while `auto=on` is in its
+/// address (a `<meta http-equiv="refresh">`: no script), and the link that turns it on or off
+/// with the page's filters kept.
+#[derive(Debug, Clone)]
+pub struct AutoRefresh {
+    pub on: bool,
+    pub toggle: String,
+}
+
+impl AutoRefresh {
+    pub const SECONDS: u32 = 15;
+
+    pub fn new(path: &str, filters: &[(&str, Option<&str>)], auto: Option<&str>) -> Self {
+        let on = auto == Some("on");
+        let mut pairs = filters.to_vec();
+        if !on {
+            pairs.push(("auto", Some("on")));
+        }
+        Self {
+            on,
+            toggle: format!("{path}{}", query_string(&pairs)),
+        }
+    }
+
+    pub fn seconds(&self) -> u32 {
+        Self::SECONDS
+    }
 }
 
 /// An optional filter from a form: blank means unset.

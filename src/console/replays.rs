@@ -125,6 +125,8 @@ struct OnePage {
     error: String,
     lines: Vec<Line>,
     differing: Vec<Different>,
+    /// Its first deliveries, each original linked to what it became (a live replay's new row).
+    taken: Vec<Different>,
 }
 
 async fn one(
@@ -157,7 +159,23 @@ async fn one(
             source: r.source,
         })
         .collect();
+    let taken = state
+        .store
+        .replay_results(&id, false, None, 20)
+        .await?
+        .into_iter()
+        .map(|r| Different {
+            was: label(&r.original_outcome, r.original_workflow_id.as_deref()),
+            now: label(&r.replayed_outcome, r.replayed_workflow_id.as_deref()),
+            why: r.why.unwrap_or_default(),
+            new_intake_id: r.new_intake_id.unwrap_or_default(),
+            intake_id: r.intake_id,
+            delivery_id: r.delivery_id,
+            source: r.source,
+        })
+        .collect();
     let page = OnePage {
+        taken,
         chrome: viewer.chrome("replays"),
         replay: Summary::of(&row),
         error: row.error.clone().unwrap_or_default(),

@@ -24,7 +24,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/ui/runs", get(list))
         .route("/ui/runs/{id}", get(one))
-        .route("/ui/runs/{id}/finish", post(finish))
+        .route("/ui/runs/{id}/finish", get(confirm_finish).post(finish))
         .route("/ui/runs/{id}/redispatch", post(redispatch))
 }
 
@@ -330,6 +330,71 @@ async fn one(
         active,
         dead_lettered: run.status == RunStatus::DeadLettered,
         notice,
+    };
+    Ok(render(&page))
+}
+
+#[derive(Debug, Deserialize)]
+struct FinishQuery {
+    #[serde(default)]
+    status: String,
+}
+
+/// What finishing (or cancelling) the run will do, before it is done.
+async fn confirm_finish(
+    viewer: Viewer,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<FinishQuery>,
+) -> Result<Response, ConsoleError> {
+    viewer.require(Scope::RunsWrite)?;
+    let run = visible_run(&state, &viewer.principal, &id).await?;
+    let status = parse_status(&q.status)?;
+    let (title, button, danger) = match status {
+        RunStatus::Cancelled => ("Cancel this run?", "Cancel the run", true),
+        RunStatus::Failed => ("Finish this run as failed?", "Finish as failed", true),
+        RunStatus::Completed => (
+            "Finish this run as completed?",
+            "Finish as completed",
+            false,
+        ),
+        other => {
+            return Err(ConsoleError::new(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "A run is finished as completed, failed or cancelled, not {}.",
+                    other.as_str()
+                ),
+            ));
+        }
+    };
+    let page = super::Confirm {
+        chrome: viewer.chrome("runs"),
+        title: title.into(),
+        lines: vec![
+            format!(
+                "Run {} of workflow {} on entity {} (tenant {}) is {} now.",
+                run.id,
+                run.workflow_id,
+                run.target_entity_id,
+                run.tenant_id,
+                run.status.as_str()
+            ),
+            format!(
+                "It ends {}: its entity lock is released (the next event about {} can start a run), its open waits end, and a worker still on it is refused with `lease_lost` at its next heartbeat.",
+                status.as_str(),
+                run.target_entity_id
+            ),
+            format!(
+                "The run's history records it as finished by token:{}.",
+                viewer.principal.name
+            ),
+        ],
+        action: format!("/ui/runs/{}/finish", run.id),
+        fields: vec![("status".into(), status.as_str().into())],
+        button: button.into(),
+        danger,
+        back: format!("/ui/runs/{}", run.id),
     };
     Ok(render(&page))
 }

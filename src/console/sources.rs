@@ -3,11 +3,13 @@
 //! delivery health and backlog. A tenant-limited viewer
 //! sees the sources of its tenants, each with only its tenants named.
 
+use axum::Form;
 use axum::Router;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
-use axum::routing::get;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
 use switchyard_store::now_millis;
 
 use super::session::Viewer;
@@ -16,7 +18,9 @@ use crate::config::Scope;
 use crate::http::AppState;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/ui/sources", get(page))
+    Router::new()
+        .route("/ui/sources", get(page))
+        .route("/ui/sources/{name}/test", post(send_test))
 }
 
 #[derive(Debug)]
@@ -32,6 +36,14 @@ struct SourceRow {
     ingest_url: Option<String>,
     /// Its newest ledger row the viewer may see: when, outcome, detail.
     last_delivery: Option<LastDelivery>,
+    /// Its deliveries of the last 24 hours, hourly: routed up, refused down.
+    spark: super::chart::Spark,
+    /// How it authenticates deliveries: the secret's variable, or why it has none.
+    secret: String,
+    /// Whether its secret is set (a signed source whose variable was read at load).
+    secret_set: bool,
+    /// Whether the console can send it a signed test event.
+    can_test: bool,
 }
 
 #[derive(Debug)]
@@ -191,11 +203,27 @@ async fn page(
                     .filter(|channel| channel.pollers().is_none())
                     .map(|_| format!("{base}/v1/ingest/{}/{}", s.kind(), s.name())),
                 last_delivery: None,
+                spark: Default::default(),
+                secret: match (s.settings().signing_secret_env(), s.settings().unsigned()) {
+                    (_, Some(why)) => format!("not signed ({why})"),
+                    (Some(var), None) => format!("from ${var}"),
+                    (None, None) => "not a signed source".into(),
+                },
+                secret_set: s.settings().signing_secret_env().is_some()
+                    && s.settings().unsigned().is_none(),
+                can_test: s.kind() == TESTABLE && viewer.principal.has(Scope::Admin),
             }
         })
         .collect();
     let tenants = viewer.principal.tenant_filter(None);
+    let mut sparks = super::chart::per_item(
+        &state,
+        tenants.as_deref(),
+        switchyard_store::ledger::ChartBy::Source,
+    )
+    .await?;
     for row in &mut sources {
+        row.spark = sparks.remove(&row.name).unwrap_or_default();
         let filter = switchyard_store::ledger::Filter {
             tenants: tenants.as_deref(),
             source: Some(&row.name),
@@ -261,6 +289,92 @@ async fn page(
         targets,
     };
     Ok(render(&page))
+}
+
+/// The kind of source the console can send a signed test event to (Zendesk webhooks).
+const TESTABLE: &str = "webhook";
+/// The event type of a test event: `ticket.*` as Zendesk's are, and triggered by no workflow
+/// unless an admin writes one for it, so by default it starts no run (`no_trigger_match`).
+pub const TEST_EVENT_TYPE: &str = "ticket.switchyard_test";
+
+/// Sends a signed sample `ticket.switchyard_test` to a Zendesk webhook source through its real
+/// ingest route (in process: the same handler, verification and ledger as a delivery from
+/// Zendesk), then shows the recorded delivery.
+async fn send_test(
+    viewer: Viewer,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    form: Result<Form<super::session::CsrfForm>, FormRejection>,
+) -> Result<Response, ConsoleError> {
+    use tower::ServiceExt as _;
+    let csrf = form.map(|Form(f)| f.csrf).unwrap_or_default();
+    viewer.check_csrf(&csrf)?;
+    viewer.require(Scope::Admin)?;
+    let live = state.live.current();
+    let Some(crate::config::ResolvedSource::Webhook { config, secret }) =
+        live.source(TESTABLE, &name)
+    else {
+        return Err(ConsoleError::new(
+            StatusCode::NOT_FOUND,
+            &format!("No Zendesk webhook source named `{name}`: test events go to those only."),
+        ));
+    };
+    if !viewer.principal.sees(&config.tenant) {
+        return Err(ConsoleError::not_found("source"));
+    }
+    let now = chrono::Utc::now();
+    let delivery_id = format!("switchyard-test-{}", uuid::Uuid::now_v7());
+    let body = serde_json::json!({
+        "type": format!("zen:event-type:{TEST_EVENT_TYPE}"),
+        "id": delivery_id,
+        "account_id": config.account_id,
+        "time": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "subject": "zen:ticket:switchyard-test",
+        "zendesk_event_version": "2022-11-06",
+        "detail": {
+            "id": "switchyard-test",
+            "subject": "A test event sent from the Switchyard console",
+            "status": "NEW",
+            "via": {"channel": "web_service"}
+        },
+        "event": {}
+    });
+    let body = serde_json::to_vec(&body).unwrap_or_default();
+    let timestamp = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut request = axum::http::Request::post(format!("/v1/ingest/{TESTABLE}/{name}"))
+        .header(axum::http::header::CONTENT_TYPE, "application/json");
+    if let Some(secret) = secret {
+        request = request
+            .header(
+                switchyard_webhook::SIGNATURE_HEADER,
+                switchyard_webhook::sign(secret.as_bytes(), &timestamp, &body),
+            )
+            .header(switchyard_webhook::TIMESTAMP_HEADER, &timestamp);
+    }
+    let request = request
+        .body(axum::body::Body::from(body))
+        .map_err(|e| ConsoleError::new(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))?;
+    let routes = crate::edge::routes(&live.settings.loaded.config.server).with_state(state.clone());
+    let answer = match routes.oneshot(request).await {
+        Ok(answer) => answer,
+        Err(never) => match never {},
+    };
+    let status = answer.status();
+    let bytes = axum::body::to_bytes(answer.into_body(), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    tracing::info!(source = %name, %delivery_id, status = status.as_u16(), outcome = %answer["outcome"], token = %viewer.principal.name, "test event sent from the console");
+    match answer["intake_id"].as_str() {
+        Some(intake_id) => Ok(Redirect::to(&format!("/ui/deliveries/{intake_id}")).into_response()),
+        None => Err(ConsoleError::new(
+            StatusCode::BAD_GATEWAY,
+            &format!(
+                "The test event to `{name}` was answered {status} without a recorded delivery: {}",
+                String::from_utf8_lossy(&bytes)
+            ),
+        )),
+    }
 }
 
 /// The daemon's address as the viewer reached it (`X-Forwarded-Proto` and `Host`, as a

@@ -46,6 +46,8 @@ struct Row {
     /// (run status, count) of its runs created in the last 24 hours: `superseded` apart from
     /// `failed`.
     runs: Vec<(String, i64)>,
+    /// Its deliveries of the last 24 hours, hourly: routed up, refused down.
+    spark: super::chart::Spark,
 }
 
 #[derive(Debug)]
@@ -99,6 +101,12 @@ async fn page(
             .or_default()
             .push((status, n));
     }
+    let mut sparks = super::chart::per_item(
+        &state,
+        tenants.as_deref(),
+        switchyard_store::ledger::ChartBy::Workflow,
+    )
+    .await?;
     let mut by_workflow: BTreeMap<Option<String>, Vec<(String, i64)>> = BTreeMap::new();
     for (workflow, outcome, n) in counts {
         by_workflow.entry(workflow).or_default().push((outcome, n));
@@ -159,6 +167,7 @@ async fn page(
                 .get(&w.workflow.id)
                 .cloned()
                 .unwrap_or_default(),
+            spark: sparks.remove(&w.workflow.id).unwrap_or_default(),
         })
         .collect();
     let listed = state.store.revisions(None, 20).await?;

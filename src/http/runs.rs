@@ -305,6 +305,7 @@ async fn finish(
         usage: request.usage,
         worker_version: request.worker_version,
         subject_version: request.subject_version,
+        actor: None,
     };
     let run = finish_run(
         &state,
@@ -327,9 +328,14 @@ pub(crate) async fn finish_run(
     status: RunStatus,
     report: &Report,
 ) -> Result<run::Model, ApiError> {
+    // The history names who finished it: the worker's token, or the operator's.
+    let report = Report {
+        actor: Some(format!("token:{}", principal.name)),
+        ..report.clone()
+    };
     let run = state
         .store
-        .finish_run(id, fencing_token, status, report, now_millis())
+        .finish_run(id, fencing_token, status, &report, now_millis())
         .await
         .map_err(ended_by_daemon)?;
     crate::metrics::metrics().workflow_run_finished(&run.workflow_id, run.status.as_str());

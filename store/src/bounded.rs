@@ -35,6 +35,8 @@ pub struct Report {
     pub worker_version: Option<String>,
     /// For `superseded`: the subject version that made the run unnecessary.
     pub subject_version: Option<String>,
+    /// Who finished it (`token:<name>`), written in the run's history.
+    pub actor: Option<String>,
 }
 
 /// Why the daemon ends a run that a worker is still working on.

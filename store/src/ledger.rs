@@ -31,20 +31,47 @@ pub struct Filter<'a> {
     pub before: Option<&'a str>,
 }
 
+/// Prefix searches beside a [`Filter`]'s exact matches: the rows whose entity or delivery id
+/// starts with these (each read through an index led by its column, as a range).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Prefixes<'a> {
+    pub target_entity_id: Option<&'a str>,
+    pub delivery_id: Option<&'a str>,
+}
+
 /// Ledger rows newest first (ids are UUIDv7, so id order is time order).
 pub async fn list<C: ConnectionTrait>(
     db: &C,
     filter: Filter<'_>,
     limit: u64,
 ) -> Result<Vec<intake::Model>, DbErr> {
+    match select(filter, Prefixes::default(), limit) {
+        Some(query) => query.all(db).await,
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The statement behind a ledger listing, or `None` when the tenant filter lets nothing
+/// through. Public so the query-plan tests can check which index each database reads.
+pub fn select(
+    filter: Filter<'_>,
+    prefixes: Prefixes<'_>,
+    limit: u64,
+) -> Option<sea_orm::Select<intake::Entity>> {
     let mut query = intake::Entity::find()
         .order_by_desc(intake::Column::Id)
         .limit(limit);
     if let Some(tenants) = filter.tenants {
         if tenants.is_empty() {
-            return Ok(Vec::new());
+            return None;
         }
         query = query.filter(intake::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
+    }
+    if let Some(prefix) = prefixes.target_entity_id {
+        query = query.filter(starting_with(intake::Column::TargetEntityId, prefix));
+    }
+    if let Some(prefix) = prefixes.delivery_id {
+        query = query.filter(starting_with(intake::Column::DeliveryId, prefix));
     }
     if let Some(entity) = filter.target_entity_id {
         query = query.filter(intake::Column::TargetEntityId.eq(entity));
@@ -67,7 +94,124 @@ pub async fn list<C: ConnectionTrait>(
     if let Some(before) = filter.before {
         query = query.filter(intake::Column::Id.lt(before));
     }
-    query.all(db).await
+    Some(query)
+}
+
+/// `column` starts with `prefix`: a range an index led by the column answers (`>= prefix` and
+/// `<` the prefix with its last character stepped up, which holds in code point order: SQLite's
+/// `BINARY`, PostgreSQL's `C` collations, MySQL's ordering of ASCII ids), plus a `LIKE` with
+/// `%` and `_` escaped so no row outside the prefix comes back under any collation.
+fn starting_with(column: intake::Column, prefix: &str) -> sea_orm::Condition {
+    use sea_orm::ExprTrait;
+    use sea_orm::sea_query::{Expr, LikeExpr};
+    let mut escaped = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '%' | '_' | '!') {
+            escaped.push('!');
+        }
+        escaped.push(c);
+    }
+    escaped.push('%');
+    let mut condition = sea_orm::Condition::all()
+        .add(column.gte(prefix))
+        .add(Expr::col((intake::Entity, column)).like(LikeExpr::new(escaped).escape('!')));
+    if let Some(upper) = successor(prefix) {
+        condition = condition.add(column.lt(upper));
+    }
+    condition
+}
+
+/// The least string greater than every string that starts with `prefix` (its last character
+/// stepped up; `None` if there is none).
+fn successor(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let mut next = last as u32 + 1;
+        if (0xD800..0xE000).contains(&next) {
+            next = 0xE000;
+        }
+        if let Some(next) = char::from_u32(next) {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// One bar of a ledger chart: how many rows of `key` (a workflow, a source, or `None` for
+/// the whole ledger) had `outcome` in the bucket starting at `bucket` (epoch ms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    pub key: Option<String>,
+    pub bucket: i64,
+    pub outcome: String,
+    pub count: i64,
+}
+
+/// What a chart is split by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChartBy {
+    /// The whole ledger: one series per outcome.
+    Ledger,
+    Workflow,
+    Source,
+}
+
+/// Ledger rows received in `[since, until)` of `tenants`, counted per (key, bucket of
+/// `bucket_ms`, outcome): the console's charts. Read through the primary key's time order
+/// (ids are UUIDv7: `id >= cutoff_id(since)`), not a scan of the table.
+pub async fn chart<C: ConnectionTrait>(
+    db: &C,
+    tenants: Option<&[String]>,
+    by: ChartBy,
+    since: Millis,
+    until: Millis,
+    bucket_ms: i64,
+) -> Result<Vec<Bucket>, DbErr> {
+    use sea_orm::sea_query::Expr;
+    if tenants.is_some_and(<[String]>::is_empty) || bucket_ms <= 0 || until <= since {
+        return Ok(Vec::new());
+    }
+    // The bucket's start, in integer arithmetic every database does the same. The two numbers
+    // are written into the statement (they are integers), so the select and the group by are
+    // one expression to PostgreSQL, not two with different parameters.
+    let bucket = || {
+        Expr::cust(format!(
+            "received_at - ((received_at - {since}) % {bucket_ms})"
+        ))
+    };
+    let series = match by {
+        ChartBy::Ledger => intake::Column::Outcome,
+        ChartBy::Workflow => intake::Column::WorkflowId,
+        ChartBy::Source => intake::Column::Source,
+    };
+    let mut query = intake::Entity::find()
+        .select_only()
+        .expr_as(bucket(), "bucket")
+        .column(intake::Column::Outcome)
+        .column_as(intake::Column::Id.count(), "n")
+        .column_as(series, "series")
+        .filter(intake::Column::Id.gte(crate::cutoff_id(since)))
+        .filter(intake::Column::ReceivedAt.gte(since))
+        .filter(intake::Column::ReceivedAt.lt(until))
+        .group_by(bucket())
+        .group_by(intake::Column::Outcome);
+    if by != ChartBy::Ledger {
+        query = query.group_by(series);
+    }
+    if let Some(tenants) = tenants {
+        query = query.filter(intake::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
+    }
+    let rows: Vec<(i64, String, i64, Option<String>)> = query.into_tuple().all(db).await?;
+    Ok(rows
+        .into_iter()
+        .map(|(bucket, outcome, count, key)| Bucket {
+            key: key.filter(|_| by != ChartBy::Ledger),
+            bucket,
+            outcome,
+            count,
+        })
+        .collect())
 }
 
 /// The ledger row of each `(source, scope, delivery_id)` already recorded (rows of the same
@@ -228,6 +372,32 @@ impl Store {
         limit: u64,
     ) -> Result<Vec<intake::Model>, DbErr> {
         list(self.db(), filter, limit).await
+    }
+
+    /// Ledger rows newest first, as `filter` and `prefixes` say (at most `limit`).
+    pub async fn ledger_search(
+        &self,
+        filter: Filter<'_>,
+        prefixes: Prefixes<'_>,
+        limit: u64,
+    ) -> Result<Vec<intake::Model>, DbErr> {
+        match select(filter, prefixes, limit) {
+            Some(query) => query.all(self.db()).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Ledger rows received in `[since, until)` counted per (key, bucket, outcome): see
+    /// [`chart`].
+    pub async fn ledger_chart(
+        &self,
+        tenants: Option<&[String]>,
+        by: ChartBy,
+        since: Millis,
+        until: Millis,
+        bucket_ms: i64,
+    ) -> Result<Vec<Bucket>, DbErr> {
+        chart(self.db(), tenants, by, since, until, bucket_ms).await
     }
 
     /// The row with the greatest delivery id recorded under `source` in the empty scope. A

@@ -261,12 +261,35 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
     browser
         .wait()
         .for_element(Locator::XPath(
-            "//button[normalize-space()='Finish as completed']",
+            "//a[normalize-space()='Finish as completed']",
         ))
         .await
-        .expect("finish button");
+        .expect("finish link");
     assert!(text(&browser).await.contains(&format!("run {holder}")));
     shoot(&browser, "04-run-before-finish").await;
+    // Finishing asks first, and says what it will do.
+    browser
+        .find(Locator::XPath(
+            "//a[normalize-space()='Finish as completed']",
+        ))
+        .await
+        .expect("finish link")
+        .click()
+        .await
+        .expect("finish");
+    let confirm = browser
+        .wait()
+        .for_element(Locator::Css("section.confirm"))
+        .await
+        .expect("confirmation")
+        .text()
+        .await
+        .expect("confirmation text");
+    assert!(
+        confirm.contains("Finish this run as completed?") && confirm.contains("by token:root"),
+        "{confirm}"
+    );
+    shoot(&browser, "04b-confirm-finish").await;
     browser
         .find(Locator::XPath(
             "//button[normalize-space()='Finish as completed']",
@@ -306,7 +329,104 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         .await
         .expect("text");
     assert_eq!(first_row.trim(), "routed");
+    // The chart, its counts and the reason column, and a table that fits 1,280 px.
+    let page = text(&browser).await;
+    assert!(page.contains("Deliveries per minute"), "{page}");
+    assert!(page.contains("entity_locked 1"), "{page}");
+    browser
+        .find(Locator::Css("svg.chart rect"))
+        .await
+        .expect("a bar in the chart");
+    let reason = browser
+        .find(Locator::Css("tbody tr:nth-child(2) td.reason"))
+        .await
+        .expect("reason cell")
+        .text()
+        .await
+        .expect("reason");
+    assert!(!reason.trim().is_empty(), "the routed row says why");
+    let sideways = browser
+        .execute(
+            "const w = document.querySelector('.table-wrap'); return w.scrollWidth - w.clientWidth;",
+            vec![],
+        )
+        .await
+        .expect("measure");
+    assert!(
+        sideways.as_i64().unwrap_or(0) <= 0,
+        "the deliveries table scrolls sideways at 1280 px by {sideways}px"
+    );
     shoot(&browser, "06-deliveries-third-routed").await;
+
+    // Re-admit the entity_locked delivery: confirm, then the live replay of one, linked both
+    // ways.
+    browser
+        .goto(&url(&format!(
+            "/ui/deliveries/{}",
+            second["intake_id"].as_str().unwrap_or("")
+        )))
+        .await
+        .expect("delivery");
+    browser
+        .find(Locator::XPath(
+            "//a[normalize-space()='Re-admit this delivery…']",
+        ))
+        .await
+        .expect("re-admit link")
+        .click()
+        .await
+        .expect("re-admit");
+    let confirm = browser
+        .wait()
+        .for_element(Locator::Css("section.confirm"))
+        .await
+        .expect("confirmation")
+        .text()
+        .await
+        .expect("text");
+    assert!(confirm.contains("Re-admit 1 delivery?"), "{confirm}");
+    shoot(&browser, "06b-confirm-readmit").await;
+    browser
+        .find(Locator::XPath(
+            "//button[normalize-space()='Re-admit 1 delivery']",
+        ))
+        .await
+        .expect("re-admit button")
+        .click()
+        .await
+        .expect("re-admit");
+    browser
+        .wait()
+        .for_element(Locator::Css("dl.facts"))
+        .await
+        .expect("the replay page");
+    // The replay runs in the background: reload until it took the delivery.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let page = text(&browser).await;
+        if page.contains("re-admitted as") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        browser.refresh().await.expect("reload");
+    }
+    shoot(&browser, "06c-replay-of-one").await;
+    browser
+        .find(Locator::XPath(
+            "//a[starts-with(normalize-space(), 'source delivery')]",
+        ))
+        .await
+        .expect("source link")
+        .click()
+        .await
+        .expect("open source");
+    browser
+        .wait()
+        .for_element(Locator::Css("ul.replays-of"))
+        .await
+        .expect("the original lists its re-admission");
+    shoot(&browser, "06d-delivery-readmitted").await;
 
     // The other pages, at desktop width and on a phone.
     for (name, path) in [
@@ -325,6 +445,35 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         browser.goto(&url(&path)).await.expect("page");
         let body = text(&browser).await;
         assert!(!body.contains("could not be rendered"), "{path}: {body}");
+        shoot(&browser, name).await;
+    }
+    browser
+        .goto(&url("/ui/deliveries?auto=on"))
+        .await
+        .expect("deliveries");
+    shoot(&browser, "11b-deliveries-auto-refresh").await;
+    // At 800 px: the page does not scroll sideways.
+    browser.set_window_size(800, 900).await.expect("800 px");
+    for (name, path) in [
+        (
+            "12a-800-deliveries",
+            format!("/ui/deliveries?entity={ticket}"),
+        ),
+        ("12b-800-workflows", "/ui/workflows".to_owned()),
+        ("12c-800-sources", "/ui/sources".to_owned()),
+    ] {
+        browser.goto(&url(&path)).await.expect("page");
+        let overflow = browser
+            .execute(
+                "return document.documentElement.scrollWidth - window.innerWidth;",
+                vec![],
+            )
+            .await
+            .expect("measure");
+        assert!(
+            overflow.as_i64().unwrap_or(0) <= 0,
+            "{path} overflows 800 px by {overflow}px"
+        );
         shoot(&browser, name).await;
     }
     browser

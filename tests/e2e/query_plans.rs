@@ -289,3 +289,51 @@ async fn the_deadline_timer_reads_the_partial_deadline_index() {
         test_db.drop_database().await;
     }
 }
+
+/// The console's searches by entity or delivery id prefix read the index led by that column
+/// (`intake_target_entity`, `intake_delivery_scope`) on SQLite and PostgreSQL, not the whole
+/// ledger; and a delivery's replays are read through `replay_results_intake`.
+#[tokio::test]
+async fn ledger_prefix_searches_read_their_indexes() {
+    use sea_orm::{EntityTrait, QueryOrder, QuerySelect};
+    use switchyard_store::entities::replay_result;
+    use switchyard_store::ledger::{Filter, Prefixes, select};
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some((_test_db, db)) = migrated(backend).await else {
+            continue;
+        };
+        let db_backend = db.get_database_backend();
+        for (prefixes, index) in [
+            (
+                Prefixes {
+                    target_entity_id: Some("TCK-55"),
+                    delivery_id: None,
+                },
+                "intake_target_entity",
+            ),
+            (
+                Prefixes {
+                    target_entity_id: None,
+                    delivery_id: Some("zd-evt"),
+                },
+                "intake_delivery_scope",
+            ),
+        ] {
+            let statement = select(Filter::default(), prefixes, 50)
+                .expect("a statement")
+                .build(db_backend);
+            let plan = plan(&db, statement).await;
+            assert!(plan.contains(index), "{backend:?}: {index} in\n{plan}");
+        }
+        let statement = replay_result::Entity::find()
+            .filter(replay_result::Column::IntakeId.eq("0193-x"))
+            .order_by_desc(replay_result::Column::ReplayId)
+            .limit(20)
+            .build(db_backend);
+        let plan = plan(&db, statement).await;
+        assert!(
+            plan.contains("replay_results_intake"),
+            "{backend:?}: replay_results_intake in\n{plan}"
+        );
+    }
+}

@@ -275,6 +275,22 @@ impl Store {
         query.all(self.db()).await
     }
 
+    /// The results of every replay that took the ledger row `intake_id`, newest replay first
+    /// (at most `limit`): what became of a delivery each time it was replayed or re-admitted.
+    /// Read through `replay_results_intake`.
+    pub async fn replays_of_delivery(
+        &self,
+        intake_id: &str,
+        limit: u64,
+    ) -> Result<Vec<replay_result::Model>, DbErr> {
+        replay_result::Entity::find()
+            .filter(replay_result::Column::IntakeId.eq(intake_id))
+            .order_by_desc(replay_result::Column::ReplayId)
+            .limit(limit)
+            .all(self.db())
+            .await
+    }
+
     /// How a replay's deliveries moved: its results counted per cell ([`Move`]).
     pub async fn replay_moves(&self, replay_id: &str) -> Result<Vec<Move>, DbErr> {
         replay_result::Entity::find()

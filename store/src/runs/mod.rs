@@ -332,10 +332,18 @@ pub async fn finish(
         .filter(crate::entities::wait::Column::Status.eq(crate::entities::wait::WaitStatus::Open))
         .exec(&txn)
         .await?;
-    let detail = report
-        .subject_version
-        .as_ref()
-        .map(|version| format!("superseded by subject version {version}"));
+    let detail = [
+        report
+            .subject_version
+            .as_ref()
+            .map(|version| format!("superseded by subject version {version}")),
+        report.actor.as_ref().map(|actor| format!("by {actor}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join("; ");
+    let detail = (!detail.is_empty()).then_some(detail);
     crate::outbox::history(&txn, &run.id, status, "finished", detail, now).await?;
     txn.commit().await?;
     run.status = status;

@@ -345,3 +345,232 @@ async fn latest_delivery_is_the_greatest_id_of_its_source_and_empty_scope() {
         );
     }
 }
+
+/// Prefix searches on entity and delivery ids find exactly the rows that start with the text:
+/// `%` and `_` are literal, a longer id with another prefix is not found, and the tenant
+/// filter still holds.
+#[tokio::test]
+async fn ledger_search_finds_entity_and_delivery_ids_by_prefix() {
+    use switchyard_store::ledger::Prefixes;
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let now = start();
+        let mut rows = Vec::new();
+        for (n, (entity, delivery)) in [
+            ("TCK-5510", "zd-evt-001"),
+            ("TCK-5511", "zd-evt-002"),
+            ("TCK-551", "zd-other"),
+            ("TCK-56", "zd-evt_3"),
+            ("TCK%5", "zd-evt%4"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let at = now - 10_000 + n as i64 * 1_000;
+            let mut row = ledger_row(&id_at(at), Some("acme"), "routed", None, at);
+            row.target_entity_id = Some(entity.into());
+            row.delivery_id = delivery.into();
+            rows.push(row);
+        }
+        insert_ledger(store, &rows).await;
+        let search = |entity: Option<&'static str>, delivery: Option<&'static str>| async move {
+            let found = store
+                .ledger_search(
+                    Filter::default(),
+                    Prefixes {
+                        target_entity_id: entity,
+                        delivery_id: delivery,
+                    },
+                    50,
+                )
+                .await
+                .expect("search");
+            found
+                .into_iter()
+                .map(|r| r.target_entity_id.unwrap_or_default())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            search(Some("TCK-551"), None).await,
+            ["TCK-551", "TCK-5511", "TCK-5510"],
+            "{backend:?}"
+        );
+        assert_eq!(search(Some("TCK-5510"), None).await, ["TCK-5510"]);
+        assert_eq!(search(Some("TCK%"), None).await, ["TCK%5"], "{backend:?}");
+        assert!(search(Some("TCK-9"), None).await.is_empty());
+        assert_eq!(
+            search(None, Some("zd-evt_")).await,
+            ["TCK-56"],
+            "{backend:?}: `_` is literal"
+        );
+        assert_eq!(
+            search(Some("TCK-55"), Some("zd-evt")).await,
+            ["TCK-5511", "TCK-5510"]
+        );
+        let globex = ["globex".to_owned()];
+        let hidden = store
+            .ledger_search(
+                Filter {
+                    tenants: Some(&globex),
+                    ..Filter::default()
+                },
+                Prefixes {
+                    target_entity_id: Some("TCK"),
+                    delivery_id: None,
+                },
+                50,
+            )
+            .await
+            .expect("search");
+        assert!(hidden.is_empty(), "{backend:?}: another tenant's rows");
+    }
+}
+
+/// The console's chart: rows in the window counted per bucket and outcome (per workflow or
+/// source when asked), rows outside the window and of other tenants left out.
+#[tokio::test]
+async fn ledger_chart_counts_rows_per_bucket_and_outcome() {
+    use switchyard_store::ledger::{Bucket, ChartBy};
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let now = start();
+        let since = now - 180_000;
+        let mut rows = Vec::new();
+        for (n, (offset, outcome, tenant)) in [
+            (-1_000, "routed", "acme"), // before the window
+            (0, "routed", "acme"),
+            (59_999, "routed", "acme"),
+            (60_000, "entity_locked", "acme"),
+            (61_000, "routed", "acme"),
+            (125_000, "routed", "globex"),
+            (179_999, "no_trigger_match", "acme"),
+            (180_000, "routed", "acme"), // at `until`: after the window
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let at = since + offset;
+            let mut row = ledger_row(&id_at(at), Some(tenant), outcome, None, at);
+            row.delivery_id = format!("chart-{n}");
+            if outcome == "routed" {
+                row.workflow_id = Some("triage".into());
+            }
+            rows.push(row);
+        }
+        insert_ledger(store, &rows).await;
+        let acme = ["acme".to_owned()];
+        let mut buckets = store
+            .ledger_chart(Some(&acme), ChartBy::Ledger, since, now, 60_000)
+            .await
+            .expect("chart");
+        buckets.sort_by(|a, b| (a.bucket, &a.outcome).cmp(&(b.bucket, &b.outcome)));
+        let bar = |bucket: i64, outcome: &str, count: i64| Bucket {
+            key: None,
+            bucket: since + bucket,
+            outcome: outcome.into(),
+            count,
+        };
+        assert_eq!(
+            buckets,
+            [
+                bar(0, "routed", 2),
+                bar(60_000, "entity_locked", 1),
+                bar(60_000, "routed", 1),
+                bar(120_000, "no_trigger_match", 1),
+            ],
+            "{backend:?}"
+        );
+        let mut by_workflow = store
+            .ledger_chart(None, ChartBy::Workflow, since, now, 60_000)
+            .await
+            .expect("by workflow");
+        by_workflow.retain(|b| b.key.as_deref() == Some("triage"));
+        by_workflow.sort_by_key(|b| b.bucket);
+        assert_eq!(
+            by_workflow
+                .iter()
+                .map(|b| (b.bucket - since, b.count))
+                .collect::<Vec<_>>(),
+            [(0, 2), (60_000, 1), (120_000, 1)],
+            "{backend:?}"
+        );
+        let by_source = store
+            .ledger_chart(None, ChartBy::Source, since, now, 180_000)
+            .await
+            .expect("by source");
+        let total: i64 = by_source
+            .iter()
+            .filter(|b| b.key.as_deref() == Some("github"))
+            .map(|b| b.count)
+            .sum();
+        assert_eq!(total, 6, "{backend:?}");
+        assert!(
+            store
+                .ledger_chart(Some(&[]), ChartBy::Ledger, since, now, 60_000)
+                .await
+                .expect("none")
+                .is_empty()
+        );
+    }
+}
+
+/// A delivery's replays: the results of every replay that took it, newest replay first, and
+/// none of another delivery's.
+#[tokio::test]
+async fn replays_of_a_delivery_are_its_results_newest_replay_first() {
+    use sea_orm::EntityTrait;
+    use switchyard_store::entities::replay_result;
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let now = start();
+        let (original, other) = (id_at(now - 5_000), id_at(now - 4_000));
+        let result = |replay: &str, intake: &str, new: Option<&str>| replay_result::Model {
+            id: id_at(now),
+            replay_id: replay.into(),
+            intake_id: intake.into(),
+            source: "github".into(),
+            delivery_id: intake.into(),
+            tenant_id: Some("acme".into()),
+            event_type: Some("issues.opened".into()),
+            received_at: now - 5_000,
+            original_outcome: "entity_locked".into(),
+            original_workflow_id: None,
+            replayed_outcome: "routed".into(),
+            replayed_workflow_id: None,
+            differs: true,
+            why: None,
+            new_intake_id: new.map(str::to_owned),
+            new_run_id: None,
+        };
+        let (older, newer) = (id_at(now - 2_000), id_at(now - 1_000));
+        for row in [
+            result(&older, &original, None),
+            result(&newer, &original, Some("new-row")),
+            result(&newer, &other, Some("other-row")),
+        ] {
+            replay_result::Entity::insert(replay_result::ActiveModel::from(row))
+                .exec_without_returning(store.connection())
+                .await
+                .expect("insert result");
+        }
+        let found = store
+            .replays_of_delivery(&original, 20)
+            .await
+            .expect("replays of");
+        assert_eq!(
+            found
+                .iter()
+                .map(|r| (r.replay_id.as_str(), r.new_intake_id.as_deref()))
+                .collect::<Vec<_>>(),
+            [(newer.as_str(), Some("new-row")), (older.as_str(), None)],
+            "{backend:?}"
+        );
+        assert!(
+            store
+                .replays_of_delivery("nothing", 20)
+                .await
+                .expect("none")
+                .is_empty()
+        );
+    }
+}
