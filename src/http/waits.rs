@@ -394,15 +394,24 @@ pub(crate) async fn submit_resume(
                 }
             }
             let answer = &resolved.answer;
-            tracing::info!(
-                outcome = %answer.outcome,
-                source = %delivery.source,
-                delivery_id = %delivery.delivery_id,
-                run_id = answer.run_id.as_deref(),
-                workflow_id = answer.workflow_id.as_deref(),
-                detail = answer.detail.as_deref(),
-                "intake decided"
-            );
+            macro_rules! decided {
+                ($level:ident) => {
+                    tracing::$level!(
+                        outcome = %answer.outcome,
+                        source = %delivery.source,
+                        delivery_id = %delivery.delivery_id,
+                        run_id = answer.run_id.as_deref(),
+                        workflow_id = answer.workflow_id.as_deref(),
+                        detail = answer.detail.as_deref(),
+                        "intake decided"
+                    )
+                };
+            }
+            if crate::intake::logged_at_info(answer.outcome) {
+                decided!(info);
+            } else {
+                decided!(debug);
+            }
         }
         decided
     });

@@ -59,9 +59,6 @@ pub struct Delivery {
     pub trace: Option<crate::telemetry::TraceContext>,
     /// For a delivery a live replay re-admits: the replay and the original ledger row.
     pub replay: Option<ReplayLink>,
-    /// Whether a `duplicate` answer is expected and not worth an info line (a schedule's fire
-    /// that another replica recorded first); it is logged at debug.
-    pub quiet_duplicate: bool,
 }
 
 /// What links a re-admitted delivery to its replay (`intake.replay_id`, `intake.replay_of`).
@@ -131,7 +128,6 @@ impl Delivery {
             message_key: None,
             trace: crate::telemetry::incoming(),
             replay: None,
-            quiet_duplicate: false,
         }
     }
 
@@ -429,9 +425,34 @@ impl Intake {
     }
 }
 
+/// Whether a decision is logged at info: the outcomes an operator acts on (a sender's bad
+/// request or signature, a ceiling or budget refusing work, an approval that came too late or
+/// matched nothing). Routine decisions (a run made, a copy recognised, an entity busy, nothing
+/// configured for the event, a coalesced or ineligible delivery, a resume) are logged at
+/// debug: the ledger records every decision (`GET /v1/intake`, the console), the log what
+/// needs a look, as dispatch logs delivered attempts at debug and failed ones at info.
+pub fn logged_at_info(outcome: Outcome) -> bool {
+    match outcome {
+        Outcome::InvalidEvent
+        | Outcome::UnauthorizedSource
+        | Outcome::RateLimited
+        | Outcome::DeadLettered
+        | Outcome::AuthorityUnavailable
+        | Outcome::NoWaitMatch
+        | Outcome::WaitExpired
+        | Outcome::ReapprovalRequired => true,
+        Outcome::Routed
+        | Outcome::Duplicate
+        | Outcome::NoTriggerMatch
+        | Outcome::EntityLocked
+        | Outcome::Ineligible
+        | Outcome::Coalesced
+        | Outcome::Resumed => false,
+    }
+}
+
 /// What the decision log line says about the delivery.
 struct LogFields {
-    quiet_duplicate: bool,
     source: String,
     delivery_id: String,
     tenant_id: Option<String>,
@@ -440,7 +461,6 @@ struct LogFields {
 impl LogFields {
     fn of(delivery: &Delivery) -> Self {
         Self {
-            quiet_duplicate: delivery.quiet_duplicate,
             source: delivery.source.clone(),
             delivery_id: delivery.delivery_id.clone(),
             tenant_id: delivery.body.event().map(|e| e.tenant_id.clone()),
@@ -448,25 +468,26 @@ impl LogFields {
     }
 
     fn log(&self, answer: &Answer) {
-        if self.quiet_duplicate && answer.outcome == Outcome::Duplicate {
-            tracing::debug!(
-                source = %self.source,
-                delivery_id = %self.delivery_id,
-                "intake decided: duplicate"
-            );
-            return;
+        macro_rules! decided {
+            ($level:ident) => {
+                tracing::$level!(
+                    outcome = %answer.outcome,
+                    source = %self.source,
+                    delivery_id = %self.delivery_id,
+                    tenant_id = self.tenant_id.as_deref(),
+                    run_id = answer.run_id.as_deref(),
+                    workflow_id = answer.workflow_id.as_deref(),
+                    held_by_run_id = answer.held_by_run_id.as_deref(),
+                    detail = answer.detail.as_deref(),
+                    "intake decided"
+                )
+            };
         }
-        tracing::info!(
-            outcome = %answer.outcome,
-            source = %self.source,
-            delivery_id = %self.delivery_id,
-            tenant_id = self.tenant_id.as_deref(),
-            run_id = answer.run_id.as_deref(),
-            workflow_id = answer.workflow_id.as_deref(),
-            held_by_run_id = answer.held_by_run_id.as_deref(),
-            detail = answer.detail.as_deref(),
-            "intake decided"
-        );
+        if logged_at_info(answer.outcome) {
+            decided!(info);
+        } else {
+            decided!(debug);
+        }
     }
 }
 

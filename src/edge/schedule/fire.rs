@@ -106,6 +106,5 @@ fn delivery(schedule: &ScheduleConfig, at: DateTime<Utc>, kind: FireKind) -> Del
         bytes: raw.to_string().into(),
     });
     // Every replica submits every fire: all but one are duplicates by design.
-    delivery.quiet_duplicate = true;
     delivery
 }
