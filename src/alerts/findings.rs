@@ -12,6 +12,11 @@ use super::rules::{self, Rule};
 use crate::config::hours::Hours;
 use crate::config::{AlertKind, ResolvedTarget};
 
+/// The scope of `reload_refused`: the config reload, whichever replica refused it.
+pub const RELOAD_SCOPE: &str = "config";
+/// The scope of `intake_unhealthy`: intake, whichever replica's writer is failing.
+pub const INTAKE_SCOPE: &str = "intake";
+
 /// One scope a rule finds wrong.
 #[derive(Debug, Clone)]
 pub struct Finding {
@@ -35,14 +40,6 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
     let live = inputs.live.current();
     let settings = &live.settings;
     let config = &rule.config;
-    let local = |scope: String| {
-        let replica = format!("replica={}", inputs.replica_id);
-        if scope.is_empty() {
-            replica
-        } else {
-            format!("{scope},{replica}")
-        }
-    };
     // Pull targets have no delivery health, but their runs can wait for a worker (lag).
     let targets_of = |push_only: bool| {
         settings
@@ -137,7 +134,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 };
                 let Some(why) = why else { continue };
                 found.push(Finding {
-                    scope: local(format!("source={source}")),
+                    scope: format!("source={source}"),
                     tenant_id: live
                         .source_tenants(&source)
                         .first()
@@ -184,7 +181,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                     continue;
                 }
                 found.push(Finding {
-                    scope: local(format!("source={name}")),
+                    scope: format!("source={name}"),
                     tenant_id: None,
                     summary: format!(
                         "{:.1}% of our answers to {} (source `{name}`) in the last {} failed or took over {}: {} disables the integration at {:.0}%",
@@ -217,7 +214,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 let finding = if config.kind == AlertKind::TargetFailing {
                     let bound = config.threshold.unwrap_or(rules::TARGET_FAILURES);
                     (health.consecutive_failures >= bound).then(|| Finding {
-                        scope: local(format!("target={target}")),
+                        scope: format!("target={target}"),
                         tenant_id: None,
                         summary: format!(
                             "target `{target}` failed {} deliveries in a row{}",
@@ -247,7 +244,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                         .filter(|at| **at > now - window)
                         .collect();
                     (recent.len() >= bound).then(|| Finding {
-                        scope: local(format!("target={target}")),
+                        scope: format!("target={target}"),
                         tenant_id: None,
                         summary: format!(
                             "target `{target}`: {} runs dead-lettered in the last {}",
@@ -285,7 +282,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
         AlertKind::ReloadRefused => {
             if let Some((at, error)) = inputs.status.reload_refused() {
                 found.push(Finding {
-                    scope: local(String::new()),
+                    scope: RELOAD_SCOPE.to_owned(),
                     tenant_id: None,
                     summary: format!(
                         "a config reload was refused; the old revision stays in force: {error}"
@@ -304,7 +301,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 .collect();
             if !bad.is_empty() {
                 found.push(Finding {
-                    scope: local(String::new()),
+                    scope: INTAKE_SCOPE.to_owned(),
                     tenant_id: None,
                     summary: format!(
                         "{} of {} intake writers are failing or stopped: deliveries are answered 503",

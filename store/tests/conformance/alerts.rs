@@ -1,7 +1,8 @@
 //! Conformance of the alert lifecycle and its notification outbox: one alert per rule and
 //! scope however many replicas raise it at once, one notification per notifier per
 //! transition, silence and acknowledgement, tenant-limited reads, claims a second claimer
-//! cannot take, and the bounded reads rules evaluate.
+//! cannot take, the bounded reads rules evaluate, and an alert several replicas observe that
+//! resolves only once none of them still does.
 
 use switchyard_store::alerts::notifications::{DELIVERED, NotificationOutcome, PENDING};
 use switchyard_store::alerts::signals::DeliveryScope;
@@ -24,6 +25,7 @@ fn firing<'a>(notifiers: &'a [String], tenant: Option<&'a str>) -> Firing<'a> {
         numbers: r#"{"quiet_secs":7200}"#,
         since: 1_000,
         notifiers,
+        observer: None,
     }
 }
 
@@ -73,6 +75,80 @@ async fn two_replicas_raising_one_alert_at_once_make_one_alert_and_one_notificat
         assert_eq!(
             to,
             [("ops-slack", "fired"), ("ops-webhook", "fired")],
+            "{:?}",
+            test.backend
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_observed_alert_stays_firing_while_another_replica_still_observes_its_fault() {
+    for test in TestStore::all().await {
+        let now = start();
+        let notifiers = notifiers();
+        let (first, second) = (test.store.clone(), test.replica().await);
+        let seen_by = |replica: &'static str| Firing {
+            rule: "builtin:intake_unhealthy",
+            scope: "intake",
+            kind: "intake_unhealthy",
+            observer: Some(replica),
+            ..firing(&notifiers, None)
+        };
+        let fired = first.fire_alert(&seen_by("a"), now).await.expect("fire a");
+        assert!(matches!(fired, Fired::New { .. }), "{:?}", test.backend);
+        let fired = second
+            .fire_alert(&seen_by("b"), now + 10)
+            .await
+            .expect("fire b");
+        assert!(matches!(fired, Fired::Still { .. }), "{:?}", test.backend);
+        // `a` recovers; `b` observed the fault 10 ms ago: still firing, nothing owed.
+        let fresh_after = now - 60_000;
+        let resolved = first
+            .resolve_observed_alert("builtin:intake_unhealthy", "intake", Some(("a", fresh_after)), now + 20)
+            .await
+            .expect("resolve a");
+        assert!(!resolved, "{:?}", test.backend);
+        // `a` sees nothing again and tries again: its withdrawn observation stays withdrawn.
+        assert!(
+            !first
+                .resolve_observed_alert("builtin:intake_unhealthy", "intake", Some(("a", fresh_after)), now + 30)
+                .await
+                .expect("resolve a again"),
+            "{:?}",
+            test.backend
+        );
+        let alerts = first.firing_alerts().await.expect("firing");
+        assert_eq!(alerts.len(), 1, "{:?}", test.backend);
+        let id = alerts[0].id.clone();
+        assert_eq!(
+            first.alert_notifications(&id).await.expect("sent").len(),
+            2,
+            "only the firing's: {:?}",
+            test.backend
+        );
+        // `b` recovers too: resolved once, one `resolved` notification per notifier told.
+        assert!(
+            second
+                .resolve_observed_alert("builtin:intake_unhealthy", "intake", Some(("b", fresh_after)), now + 40)
+                .await
+                .expect("resolve b"),
+            "{:?}",
+            test.backend
+        );
+        assert!(first.firing_alerts().await.expect("firing").is_empty());
+        let sent = first.alert_notifications(&id).await.expect("sent");
+        assert_eq!(sent.len(), 4, "{:?}: {sent:?}", test.backend);
+
+        // An observation older than the freshness bound (a replica that died) holds nothing.
+        first
+            .fire_alert(&seen_by("gone"), now + 50)
+            .await
+            .expect("fire gone");
+        assert!(
+            second
+                .resolve_observed_alert("builtin:intake_unhealthy", "intake", Some(("b", now + 60)), now + 70)
+                .await
+                .expect("resolve stale"),
             "{:?}",
             test.backend
         );
