@@ -331,6 +331,30 @@ impl Store {
             .await
     }
 
+    /// The replicas observing each of `alert_ids` and when each last did (alerts nobody
+    /// observes are absent), ordered by replica.
+    pub async fn alert_observers(
+        &self,
+        alert_ids: &[&str],
+    ) -> Result<std::collections::HashMap<String, Vec<(String, Millis)>>, DbErr> {
+        let mut observers: std::collections::HashMap<String, Vec<(String, Millis)>> =
+            std::collections::HashMap::new();
+        for chunk in alert_ids.chunks(200) {
+            let rows = alert_observation::Entity::find()
+                .filter(alert_observation::Column::AlertId.is_in(chunk.iter().copied()))
+                .order_by_asc(alert_observation::Column::Replica)
+                .all(self.db())
+                .await?;
+            for row in rows {
+                observers
+                    .entry(row.alert_id)
+                    .or_default()
+                    .push((row.replica, row.observed_at));
+            }
+        }
+        Ok(observers)
+    }
+
     /// Alerts newest first (by when they last changed), as `filter` selects.
     pub async fn list_alerts(&self, filter: &AlertFilter) -> Result<Vec<alert::Model>, DbErr> {
         let mut query = with_tenants(alert::Entity::find(), filter.tenants.as_deref());
