@@ -264,7 +264,10 @@ pub async fn evaluate_once(inputs: &Inputs) -> Result<bool, switchyard_store::Db
             }
             // Scopes that named a replica (before alerts were shared across replicas) are no
             // longer raised: whoever sees one resolves it.
-            let legacy = alert.scope.split(',').any(|part| part.starts_with("replica="));
+            let legacy = alert
+                .scope
+                .split(',')
+                .any(|part| part.starts_with("replica="));
             let observed = match observer {
                 Some(replica) if !legacy => {
                     if !judges(rule, &alert.scope, inputs) {

@@ -104,14 +104,24 @@ async fn an_observed_alert_stays_firing_while_another_replica_still_observes_its
         // `a` recovers; `b` observed the fault 10 ms ago: still firing, nothing owed.
         let fresh_after = now - 60_000;
         let resolved = first
-            .resolve_observed_alert("builtin:intake_unhealthy", "intake", Some(("a", fresh_after)), now + 20)
+            .resolve_observed_alert(
+                "builtin:intake_unhealthy",
+                "intake",
+                Some(("a", fresh_after)),
+                now + 20,
+            )
             .await
             .expect("resolve a");
         assert!(!resolved, "{:?}", test.backend);
         // `a` sees nothing again and tries again: its withdrawn observation stays withdrawn.
         assert!(
             !first
-                .resolve_observed_alert("builtin:intake_unhealthy", "intake", Some(("a", fresh_after)), now + 30)
+                .resolve_observed_alert(
+                    "builtin:intake_unhealthy",
+                    "intake",
+                    Some(("a", fresh_after)),
+                    now + 30
+                )
                 .await
                 .expect("resolve a again"),
             "{:?}",
@@ -129,7 +139,12 @@ async fn an_observed_alert_stays_firing_while_another_replica_still_observes_its
         // `b` recovers too: resolved once, one `resolved` notification per notifier told.
         assert!(
             second
-                .resolve_observed_alert("builtin:intake_unhealthy", "intake", Some(("b", fresh_after)), now + 40)
+                .resolve_observed_alert(
+                    "builtin:intake_unhealthy",
+                    "intake",
+                    Some(("b", fresh_after)),
+                    now + 40
+                )
                 .await
                 .expect("resolve b"),
             "{:?}",
@@ -146,7 +161,12 @@ async fn an_observed_alert_stays_firing_while_another_replica_still_observes_its
             .expect("fire gone");
         assert!(
             second
-                .resolve_observed_alert("builtin:intake_unhealthy", "intake", Some(("b", now + 60)), now + 70)
+                .resolve_observed_alert(
+                    "builtin:intake_unhealthy",
+                    "intake",
+                    Some(("b", now + 60)),
+                    now + 70
+                )
                 .await
                 .expect("resolve stale"),
             "{:?}",
