@@ -131,7 +131,10 @@ async fn a_wrong_smtp_password_fails_visibly_and_is_retried_and_the_right_one_de
     let mail = &mails[0];
     assert!(mail.contains(&format!("[FIRING] {rule}")), "{mail}");
     let listed = super::alerts(&daemon).await;
-    assert_eq!(listed[0]["episode"], 1, "still the first firing: {listed:?}");
+    assert_eq!(
+        listed[0]["episode"], 1,
+        "still the first firing: {listed:?}"
+    );
     assert!(
         mail.contains("Authenticated sender: support@example.com"),
         "Postfix took it from the authenticated user: {mail}"
