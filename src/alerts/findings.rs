@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 use switchyard_store::alerts::signals::DeliveryScope;
+use switchyard_store::entities::alert;
 use switchyard_store::{DbErr, Millis};
 
 use super::Inputs;
@@ -35,8 +36,13 @@ fn human(ms: i64) -> String {
     humantime::format_duration(std::time::Duration::from_secs(secs(ms) as u64)).to_string()
 }
 
-/// The findings of `rule` at `now`.
-pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Finding>, DbErr> {
+/// The findings of `rule` at `now`; `firing` is every alert firing when the evaluation began.
+pub async fn find(
+    rule: &Rule,
+    inputs: &Inputs,
+    firing: &[alert::Model],
+    now: Millis,
+) -> Result<Vec<Finding>, DbErr> {
     let live = inputs.live.current();
     let settings = &live.settings;
     let config = &rule.config;
@@ -73,22 +79,28 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 Some(at) => Some(at),
                 None => inputs.store.last_delivery(scope, 0).await?,
             };
-            // Never heard from: quiet since this daemon started watching.
-            let quiet_from = last.unwrap_or(inputs.started);
+            let mut scope = format!("source={source}");
+            for (key, value) in [
+                ("tenant", &config.tenant),
+                ("event_type", &config.event_type),
+            ] {
+                if let Some(value) = value {
+                    scope.push_str(&format!(",{key}={value}"));
+                }
+            }
+            // Never heard from: quiet since this daemon started watching, or since the alert
+            // already firing says (raised by a replica that started earlier, or by this daemon
+            // before a restart), so a later start neither resolves nor re-raises it.
+            let watched_from = firing
+                .iter()
+                .find(|a| a.rule == config.name && a.scope == scope)
+                .map_or(inputs.started, |a| a.since.min(inputs.started));
+            let quiet_from = last.unwrap_or(watched_from);
             let quiet_ms = match &hours {
                 Some(hours) => hours.inside_millis(quiet_from.max(now - lookback), now),
                 None => now - quiet_from,
             };
             if quiet_ms > expect_ms {
-                let mut scope = format!("source={source}");
-                for (key, value) in [
-                    ("tenant", &config.tenant),
-                    ("event_type", &config.event_type),
-                ] {
-                    if let Some(value) = value {
-                        scope.push_str(&format!(",{key}={value}"));
-                    }
-                }
                 let tenant = config.tenant.clone().or_else(|| {
                     let tenants = live.source_tenants(source);
                     (tenants.len() == 1).then(|| tenants[0].clone())

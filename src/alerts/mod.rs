@@ -222,7 +222,7 @@ pub async fn evaluate_once(inputs: &Inputs) -> Result<bool, switchyard_store::Db
     let mut owed = false;
     for rule in &rules {
         let now = now_millis();
-        let found = match findings::find(rule, inputs, now).await {
+        let found = match findings::find(rule, inputs, &firing, now).await {
             Ok(found) => found,
             Err(error) => {
                 tracing::warn!(%error, rule = %rule.config.name, "cannot evaluate alert rule");

@@ -1,7 +1,8 @@
 //! Alerts each replica judges from its own health, shared across replicas on one PostgreSQL
 //! database: a refused reload on both replicas is one alert (scope `config`) and one signed
 //! webhook; it stays firing while either replica still refuses (no resolve, no second firing)
-//! and resolves, with one `resolved` notification, once both took a good config.
+//! and resolves, with one `resolved` notification, once both took a good config. A source never
+//! heard from stays one quiet alert when a replica starts later or restarts.
 
 use std::time::{Duration, Instant};
 
@@ -129,6 +130,54 @@ async fn a_reload_refused_on_two_replicas_is_one_alert_that_resolves_only_once_b
     assert_eq!(seen.webhooks.len(), 2, "{:?}", seen.webhooks);
     assert_eq!(seen.webhooks[1]["type"], "switchyard.alert.resolved");
     assert_eq!(seen.refused, 0, "every webhook was signed");
+    drop(seen);
+    first.stop();
+    second.stop();
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_replica_started_later_keeps_a_never_heard_from_source_quiet_and_a_restart_too() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let (peers, hook, slack) = peers().await;
+    let secret = secret();
+    let env = env(&secret);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let rule = r#"
+[[alert]]
+name = "api-quiet"
+kind = "source_quiet"
+source = "api"
+expect_within = "3s"
+notify = ["ops-webhook"]
+"#;
+    let text = config(&db, &format!("{}{rule}", notifiers(&hook, &slack)));
+    let first = Daemon::start(&db, &text, &env).await;
+    let listed = firing_alerts(&first).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    // A second replica starts now: by its own clock the source has been quiet for less than
+    // 3 s, but the alert already firing says since when; it must not resolve it.
+    let second = Daemon::start(&db, &text, &env).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The first replica restarts: the same.
+    first.stop();
+    let first = Daemon::start(&db, &text, &env).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let listed = alerts(&second).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["state"], "firing", "{listed:?}");
+    assert_eq!(
+        listed[0]["episode"], 1,
+        "never resolved and re-raised: {listed:?}"
+    );
+    eventually("the firing's webhook", Duration::from_secs(20), || {
+        !peers.seen.lock().expect("seen").webhooks.is_empty()
+    })
+    .await;
+    let seen = peers.seen.lock().expect("seen");
+    assert_eq!(seen.webhooks.len(), 1, "{:?}", seen.webhooks);
     drop(seen);
     first.stop();
     second.stop();
