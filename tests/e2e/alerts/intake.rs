@@ -93,12 +93,13 @@ async fn a_failing_intake_writer_fires_intake_unhealthy_once_and_it_resolves_whe
     let listed = alerts(&failing).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["state"], "resolved", "{listed:?}");
-    let seen = peers.seen.lock().expect("seen");
-    assert_eq!(seen.webhooks.len(), 2, "{:?}", seen.webhooks);
-    assert_eq!(seen.webhooks[0]["type"], "switchyard.alert.fired");
-    assert_eq!(seen.webhooks[0]["data"]["kind"], "intake_unhealthy");
-    assert_eq!(seen.webhooks[1]["type"], "switchyard.alert.resolved");
-    drop(seen);
+    {
+        let seen = peers.seen.lock().expect("seen");
+        assert_eq!(seen.webhooks.len(), 2, "{:?}", seen.webhooks);
+        assert_eq!(seen.webhooks[0]["type"], "switchyard.alert.fired");
+        assert_eq!(seen.webhooks[0]["data"]["kind"], "intake_unhealthy");
+        assert_eq!(seen.webhooks[1]["type"], "switchyard.alert.resolved");
+    }
     healthy.stop();
     failing.stop();
     db.drop_database().await;
