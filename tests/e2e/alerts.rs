@@ -5,11 +5,13 @@
 //! notification; failed answers to a Slack source raise `provider_disable_risk` before 5% of
 //! the hour's deliveries are bad. Submodules: `replicas` (an alert each replica judges from its
 //! own health stays one alert across replicas and does not flap), `intake` (a failing writer),
-//! `hours` (business hours), `mailbox` (a stalled mailbox resolving), `smtp_auth`.
+//! `hours` (business hours), `mailbox` (a stalled mailbox resolving), `order` (a `resolved`
+//! reaches a webhook only after its retried `fired`), `smtp_auth`.
 
 mod hours;
 mod intake;
 mod mailbox;
+mod order;
 mod replicas;
 mod smtp_auth;
 

@@ -515,7 +515,12 @@ async fn a_resolved_notification_waits_until_its_fired_one_to_the_same_notifier_
         let pairs = |claimed: &[ClaimedNotification]| {
             claimed
                 .iter()
-                .map(|c| (c.notification.notifier.clone(), c.notification.event.clone()))
+                .map(|c| {
+                    (
+                        c.notification.notifier.clone(),
+                        c.notification.event.clone(),
+                    )
+                })
                 .collect::<Vec<_>>()
         };
         let slack = store
