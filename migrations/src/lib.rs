@@ -18,6 +18,7 @@ mod m0012_delivery_scope;
 mod m0014_alerts;
 mod m0015_mailbox_oauth;
 mod m0016_slack;
+mod m0017_alert_observations;
 mod m0019_intake_entity;
 
 pub use m0001_initial::KEY_LEN;
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0014_alerts::Migration),
             Box::new(m0015_mailbox_oauth::Migration),
             Box::new(m0016_slack::Migration),
+            Box::new(m0017_alert_observations::Migration),
             Box::new(m0019_intake_entity::Migration),
         ]
     }

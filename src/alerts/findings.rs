@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 use switchyard_store::alerts::signals::DeliveryScope;
+use switchyard_store::entities::alert;
 use switchyard_store::{DbErr, Millis};
 
 use super::Inputs;
@@ -11,6 +12,11 @@ use super::answers;
 use super::rules::{self, Rule};
 use crate::config::hours::Hours;
 use crate::config::{AlertKind, ResolvedTarget};
+
+/// The scope of `reload_refused`: the config reload, whichever replica refused it.
+pub const RELOAD_SCOPE: &str = "config";
+/// The scope of `intake_unhealthy`: intake, whichever replica's writer is failing.
+pub const INTAKE_SCOPE: &str = "intake";
 
 /// One scope a rule finds wrong.
 #[derive(Debug, Clone)]
@@ -30,19 +36,16 @@ fn human(ms: i64) -> String {
     humantime::format_duration(std::time::Duration::from_secs(secs(ms) as u64)).to_string()
 }
 
-/// The findings of `rule` at `now`.
-pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Finding>, DbErr> {
+/// The findings of `rule` at `now`; `firing` is every alert firing when the evaluation began.
+pub async fn find(
+    rule: &Rule,
+    inputs: &Inputs,
+    firing: &[alert::Model],
+    now: Millis,
+) -> Result<Vec<Finding>, DbErr> {
     let live = inputs.live.current();
     let settings = &live.settings;
     let config = &rule.config;
-    let local = |scope: String| {
-        let replica = format!("replica={}", inputs.replica_id);
-        if scope.is_empty() {
-            replica
-        } else {
-            format!("{scope},{replica}")
-        }
-    };
     // Pull targets have no delivery health, but their runs can wait for a worker (lag).
     let targets_of = |push_only: bool| {
         settings
@@ -76,22 +79,28 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 Some(at) => Some(at),
                 None => inputs.store.last_delivery(scope, 0).await?,
             };
-            // Never heard from: quiet since this daemon started watching.
-            let quiet_from = last.unwrap_or(inputs.started);
+            let mut scope = format!("source={source}");
+            for (key, value) in [
+                ("tenant", &config.tenant),
+                ("event_type", &config.event_type),
+            ] {
+                if let Some(value) = value {
+                    scope.push_str(&format!(",{key}={value}"));
+                }
+            }
+            // Never heard from: quiet since this daemon started watching, or since the alert
+            // already firing says (raised by a replica that started earlier, or by this daemon
+            // before a restart), so a later start neither resolves nor re-raises it.
+            let watched_from = firing
+                .iter()
+                .find(|a| a.rule == config.name && a.scope == scope)
+                .map_or(inputs.started, |a| a.since.min(inputs.started));
+            let quiet_from = last.unwrap_or(watched_from);
             let quiet_ms = match &hours {
                 Some(hours) => hours.inside_millis(quiet_from.max(now - lookback), now),
                 None => now - quiet_from,
             };
             if quiet_ms > expect_ms {
-                let mut scope = format!("source={source}");
-                for (key, value) in [
-                    ("tenant", &config.tenant),
-                    ("event_type", &config.event_type),
-                ] {
-                    if let Some(value) = value {
-                        scope.push_str(&format!(",{key}={value}"));
-                    }
-                }
                 let tenant = config.tenant.clone().or_else(|| {
                     let tenants = live.source_tenants(source);
                     (tenants.len() == 1).then(|| tenants[0].clone())
@@ -137,7 +146,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 };
                 let Some(why) = why else { continue };
                 found.push(Finding {
-                    scope: local(format!("source={source}")),
+                    scope: format!("source={source}"),
                     tenant_id: live
                         .source_tenants(&source)
                         .first()
@@ -184,7 +193,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                     continue;
                 }
                 found.push(Finding {
-                    scope: local(format!("source={name}")),
+                    scope: format!("source={name}"),
                     tenant_id: None,
                     summary: format!(
                         "{:.1}% of our answers to {} (source `{name}`) in the last {} failed or took over {}: {} disables the integration at {:.0}%",
@@ -217,7 +226,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 let finding = if config.kind == AlertKind::TargetFailing {
                     let bound = config.threshold.unwrap_or(rules::TARGET_FAILURES);
                     (health.consecutive_failures >= bound).then(|| Finding {
-                        scope: local(format!("target={target}")),
+                        scope: format!("target={target}"),
                         tenant_id: None,
                         summary: format!(
                             "target `{target}` failed {} deliveries in a row{}",
@@ -247,7 +256,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                         .filter(|at| **at > now - window)
                         .collect();
                     (recent.len() >= bound).then(|| Finding {
-                        scope: local(format!("target={target}")),
+                        scope: format!("target={target}"),
                         tenant_id: None,
                         summary: format!(
                             "target `{target}`: {} runs dead-lettered in the last {}",
@@ -285,7 +294,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
         AlertKind::ReloadRefused => {
             if let Some((at, error)) = inputs.status.reload_refused() {
                 found.push(Finding {
-                    scope: local(String::new()),
+                    scope: RELOAD_SCOPE.to_owned(),
                     tenant_id: None,
                     summary: format!(
                         "a config reload was refused; the old revision stays in force: {error}"
@@ -304,7 +313,7 @@ pub async fn find(rule: &Rule, inputs: &Inputs, now: Millis) -> Result<Vec<Findi
                 .collect();
             if !bad.is_empty() {
                 found.push(Finding {
-                    scope: local(String::new()),
+                    scope: INTAKE_SCOPE.to_owned(),
                     tenant_id: None,
                     summary: format!(
                         "{} of {} intake writers are failing or stopped: deliveries are answered 503",

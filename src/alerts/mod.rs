@@ -4,6 +4,10 @@
 //!
 //! Invariant: nothing here runs on the intake path. Rules read in-memory health and bounded,
 //! indexed store probes; intake's only contribution is `answers::record` after an answer.
+//! Invariant: one alert per rule and scope across replicas, also for rules over each
+//! replica's own in-memory health: their scope names what is unhealthy (never the replica),
+//! each replica's finding is recorded as its observation, and the alert resolves only once no
+//! replica still observes the fault (see [`evaluate_once`]).
 
 pub mod answers;
 mod findings;
@@ -34,7 +38,7 @@ pub struct Inputs {
     pub sources: Arc<SourceStatuses>,
     pub targets: Arc<TargetHealths>,
     pub status: Arc<AlertStatus>,
-    /// This replica's stable name (host and config file): the scope of its own findings.
+    /// This replica's stable name (host and config file): who observed its own findings.
     pub replica_id: String,
     /// When this daemon started watching (a source never heard from is quiet since then).
     pub started: Millis,
@@ -163,25 +167,75 @@ async fn evaluate_loop(
     }
 }
 
+/// How long another replica's observation keeps an alert firing after that replica last
+/// renewed it: a few of this replica's evaluations, and never less than half a minute (a
+/// replica that died stops renewing; its observation then holds nothing).
+pub fn observation_fresh_for(evaluate_every: Duration) -> Duration {
+    (evaluate_every * 4).max(Duration::from_secs(30))
+}
+
+/// Whether this replica can judge `scope` of `rule` at all: a mailbox is judged only by the
+/// replica holding its poller lease (the others do not poll it), or by anyone once the
+/// source is gone from the config; every other scope by every replica.
+fn judges(rule: &rules::Rule, scope: &str, inputs: &Inputs) -> bool {
+    if rule.config.kind != crate::config::AlertKind::MailboxStalled {
+        return true;
+    }
+    let Some(source) = scope.strip_prefix("source=") else {
+        return true;
+    };
+    let configured = inputs
+        .live
+        .current()
+        .settings
+        .loaded
+        .config
+        .sources
+        .iter()
+        .any(|s| s.name() == source);
+    !configured
+        || inputs
+            .sources
+            .snapshot()
+            .get(source)
+            .is_some_and(|status| status.holds_lease)
+}
+
 /// Evaluates every rule once: fires what is wrong, resolves what no longer is. Whether any
 /// notification became owed.
+///
+/// Rules over the shared database (`source_quiet`, `dispatch_lag`, `authority_degraded`) find
+/// the same thing on every replica: any replica fires or resolves them. Rules over this
+/// replica's in-memory health ([`rules::Rule::is_local`]) name what is unhealthy in their scope
+/// (`source=inbox`, `target=crm`, `intake`, `config`), never the replica, so replicas share one
+/// alert per rule and scope and one notification per transition. Invariant: such an alert
+/// fires when any replica observes its fault (recording that replica's observation under the
+/// alert's lock) and resolves only when a replica that can judge the scope finds it healthy
+/// and no other replica's observation is fresher than [`observation_fresh_for`]; so a replica
+/// that recovers (or never saw the fault) does not resolve what another still sees, and the
+/// alert does not flap between replicas.
 pub async fn evaluate_once(inputs: &Inputs) -> Result<bool, switchyard_store::DbErr> {
     let live = inputs.live.current();
     let rules = rules::in_force(&live.settings);
+    let fresh_for = observation_fresh_for(live.settings.loaded.config.alerting.evaluate_every);
     let firing = inputs.store.firing_alerts().await?;
-    let mine = format!("replica={}", inputs.replica_id);
     let mut owed = false;
     for rule in &rules {
         let now = now_millis();
-        let found = match findings::find(rule, inputs, now).await {
+        let found = match findings::find(rule, inputs, &firing, now).await {
             Ok(found) => found,
             Err(error) => {
                 tracing::warn!(%error, rule = %rule.config.name, "cannot evaluate alert rule");
                 continue;
             }
         };
+        let observer = rule.is_local().then_some(inputs.replica_id.as_str());
         for finding in &found {
-            let numbers = finding.numbers.to_string();
+            let mut numbers = finding.numbers.clone();
+            if let (Some(replica), Some(object)) = (observer, numbers.as_object_mut()) {
+                object.insert("replica".into(), replica.into());
+            }
+            let numbers = numbers.to_string();
             let fired = inputs
                 .store
                 .fire_alert(
@@ -194,6 +248,7 @@ pub async fn evaluate_once(inputs: &Inputs) -> Result<bool, switchyard_store::Db
                         numbers: &numbers,
                         since: finding.since,
                         notifiers: &rule.notify,
+                        observer,
                     },
                     now,
                 )
@@ -204,14 +259,28 @@ pub async fn evaluate_once(inputs: &Inputs) -> Result<bool, switchyard_store::Db
             }
         }
         for alert in firing.iter().filter(|alert| alert.rule == rule.config.name) {
-            let still = found.iter().any(|f| f.scope == alert.scope);
-            let ours = !rule.is_local() || alert.scope.split(',').any(|part| part == mine);
-            if !still
-                && ours
-                && inputs
-                    .store
-                    .resolve_alert(&alert.rule, &alert.scope, now)
-                    .await?
+            if found.iter().any(|f| f.scope == alert.scope) {
+                continue;
+            }
+            // Scopes that named a replica (before alerts were shared across replicas) are no
+            // longer raised: whoever sees one resolves it.
+            let legacy = alert
+                .scope
+                .split(',')
+                .any(|part| part.starts_with("replica="));
+            let observed = match observer {
+                Some(replica) if !legacy => {
+                    if !judges(rule, &alert.scope, inputs) {
+                        continue;
+                    }
+                    Some((replica, now - fresh_for.as_millis() as i64))
+                }
+                _ => None,
+            };
+            if inputs
+                .store
+                .resolve_observed_alert(&alert.rule, &alert.scope, observed, now)
+                .await?
             {
                 owed = true;
                 tracing::info!(rule = %alert.rule, scope = %alert.scope, alert_id = %alert.id, "alert resolved");

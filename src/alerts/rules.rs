@@ -30,8 +30,10 @@ pub const MIN_DELIVERIES: u32 = 20;
 pub const RISK_SHARE: f64 = 0.2;
 
 impl Rule {
-    /// Whether its findings are this replica's own view (resolved only by this replica): the
-    /// rules fed by in-memory health rather than by the shared database or config.
+    /// Whether its findings are this replica's own view: the rules fed by in-memory health
+    /// rather than by the shared database or config. Their alerts are still one per rule and
+    /// scope across replicas; each replica's findings are recorded as its observation, and
+    /// the alert resolves once no replica observes the fault (see `evaluate_once`).
     pub fn is_local(&self) -> bool {
         !matches!(
             self.config.kind,

@@ -1,6 +1,8 @@
 //! `/v1/alerts`: alerts newest first (`read`), and acknowledging or silencing one (`admin`).
 //! A tenant-limited caller sees and changes only its tenants' alerts; alerts about the daemon
 //! itself (no tenant) are for callers who see every tenant. Unknown or unseen ids are 404.
+//! A listed alert says which replicas observe its fault (`observed_by`), for the kinds each
+//! replica judges from its own health.
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -79,8 +81,21 @@ async fn list(
         limit: parse_limit(q.limit.as_deref())?,
     };
     let alerts = state.store.list_alerts(&filter).await?;
+    let ids: Vec<&str> = alerts.iter().map(|a| a.id.as_str()).collect();
+    let mut observers = state.store.alert_observers(&ids).await?;
     Ok(Json(json!({
-        "alerts": alerts.iter().map(view).collect::<Vec<_>>(),
+        "alerts": alerts.iter().map(|alert| {
+            let mut shown = view(alert);
+            // Which replicas saw the fault of an alert fed by each replica's own health, and
+            // when each last did (empty for alerts judged from the shared database).
+            shown["observed_by"] = observers
+                .remove(&alert.id)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(replica, at)| json!({"replica": replica, "observed_at": millis_to_rfc3339(at)}))
+                .collect();
+            shown
+        }).collect::<Vec<_>>(),
     })))
 }
 

@@ -3,7 +3,17 @@
 //! when deliveries resume; a notifier that is down shows in `/readyz` and gets the
 //! notification once it is back; two replicas on PostgreSQL raise one alert and send one
 //! notification; failed answers to a Slack source raise `provider_disable_risk` before 5% of
-//! the hour's deliveries are bad.
+//! the hour's deliveries are bad. Submodules: `replicas` (an alert each replica judges from its
+//! own health stays one alert across replicas and does not flap), `intake` (a failing writer),
+//! `hours` (business hours), `mailbox` (a stalled mailbox resolving), `order` (a `resolved`
+//! reaches a webhook only after its retried `fired`), `smtp_auth`.
+
+mod hours;
+mod intake;
+mod mailbox;
+mod order;
+mod replicas;
+mod smtp_auth;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -2,8 +2,11 @@
 //! outbox, hands each to its notifier (`webhook`, `slack`, `email`) and records the outcome,
 //! retrying a failure on a capped backoff; and what a notification says (`message`).
 //!
-//! Invariant: a notification is marked delivered only after its notifier accepted it, and a
+//! Invariants: a notification is marked delivered only after its notifier accepted it, and a
 //! failure is recorded both on its row (retried) and in the notifier's health (`/readyz`).
+//! One alert's notifications to one notifier are delivered in order (`fired` before
+//! `resolved`, episode by episode): the store's claim holds a later one back while an earlier
+//! one is still pending, retried or in flight.
 
 mod email;
 pub mod message;

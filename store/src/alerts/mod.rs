@@ -4,18 +4,23 @@
 //!
 //! Invariant: a transition and the notifications it owes are written in one transaction under
 //! the alert row's lock (or its unique key, for the first firing), so replicas sharing a
-//! database raise one alert and owe one notification per notifier per transition.
+//! database raise one alert and owe one notification per notifier per transition. An alert fed
+//! by each replica's own view (an `observer` firing) records that replica's observation in the
+//! same transaction, and [`Store::resolve_observed_alert`] resolves it only when no other
+//! replica's observation is fresh: one replica recovering does not resolve what another still
+//! sees, so the alert does not flap between replicas.
 
 pub mod notifications;
 pub mod signals;
 
+use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, SqlErr,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect, SqlErr,
 };
 use uuid::Uuid;
 
-use crate::entities::{alert, alert_notification};
+use crate::entities::{alert, alert_notification, alert_observation};
 use crate::runs::begin_write;
 use crate::{Millis, Store};
 
@@ -40,6 +45,9 @@ pub struct Firing<'a> {
     pub since: Millis,
     /// The notifiers told of a new firing (and later of its resolve).
     pub notifiers: &'a [String],
+    /// The replica whose own view found it (rules fed by in-memory health), recorded as an
+    /// observation; `None` for rules every replica judges alike from the database.
+    pub observer: Option<&'a str>,
 }
 
 /// What [`Store::fire_alert`] did.
@@ -118,11 +126,51 @@ async fn owe<C: ConnectionTrait>(
         .map(|_| ())
 }
 
+/// Records that `observer` sees the alert's fault at `now` (an upsert on `(alert, replica)`).
+async fn observe<C: ConnectionTrait>(
+    txn: &C,
+    alert_id: &str,
+    observer: Option<&str>,
+    now: Millis,
+) -> Result<(), DbErr> {
+    let Some(replica) = observer else {
+        return Ok(());
+    };
+    alert_observation::Entity::insert(alert_observation::ActiveModel {
+        alert_id: Set(alert_id.to_owned()),
+        replica: Set(replica.to_owned()),
+        observed_at: Set(now),
+    })
+    .on_conflict(
+        OnConflict::columns([
+            alert_observation::Column::AlertId,
+            alert_observation::Column::Replica,
+        ])
+        .update_column(alert_observation::Column::ObservedAt)
+        .to_owned(),
+    )
+    .exec_without_returning(txn)
+    .await
+    .map(|_| ())
+}
+
 impl Store {
     /// Raises the alert of `firing.rule` and `firing.scope`, or keeps it up to date when it is
     /// firing already. A new episode owes a `fired` notification to each of `firing.notifiers`
     /// unless the alert is silenced at `now`.
     pub async fn fire_alert(&self, firing: &Firing<'_>, now: Millis) -> Result<Fired, DbErr> {
+        match self.fire_once(firing, now).await? {
+            // Another replica inserted the row a moment ago: record this replica's observation
+            // on it too (the row exists now, so this is an update under its lock).
+            Fired::Raced if firing.observer.is_some() => match self.fire_once(firing, now).await? {
+                Fired::Still { .. } | Fired::Raced => Ok(Fired::Raced),
+                fired => Ok(fired),
+            },
+            fired => Ok(fired),
+        }
+    }
+
+    async fn fire_once(&self, firing: &Firing<'_>, now: Millis) -> Result<Fired, DbErr> {
         let txn = begin_write(self.db()).await?;
         let current = alert::Entity::find()
             .filter(alert::Column::Rule.eq(firing.rule))
@@ -155,6 +203,7 @@ impl Store {
             .await;
             return match inserted {
                 Ok(_) => {
+                    observe(&txn, &alert_id, firing.observer, now).await?;
                     owe(&txn, &alert_id, 1, FIRED, firing.notifiers, now).await?;
                     txn.commit().await?;
                     Ok(Fired::New {
@@ -175,6 +224,7 @@ impl Store {
             .col_expr(alert::Column::Numbers, firing.numbers.into())
             .col_expr(alert::Column::UpdatedAt, now.into())
             .filter(alert::Column::Id.eq(&current.id));
+        observe(&txn, &current.id, firing.observer, now).await?;
         if current.state == FIRING {
             update.exec(&txn).await?;
             txn.commit().await?;
@@ -207,6 +257,21 @@ impl Store {
     /// Resolves the alert of `rule` and `scope` if it is firing; each notifier told of this
     /// episode's firing is owed a `resolved` notification. Whether it was firing.
     pub async fn resolve_alert(&self, rule: &str, scope: &str, now: Millis) -> Result<bool, DbErr> {
+        self.resolve_observed_alert(rule, scope, None, now).await
+    }
+
+    /// Resolves the alert of `rule` and `scope` as [`Store::resolve_alert`] does, for a
+    /// replica that no longer observes its fault: `observed` is that replica and the time
+    /// before which another replica's observation is stale. The replica's own observation is
+    /// withdrawn; the alert resolves only when no other replica observed the fault after that
+    /// time (it stays firing while one still does). Whether it was resolved.
+    pub async fn resolve_observed_alert(
+        &self,
+        rule: &str,
+        scope: &str,
+        observed: Option<(&str, Millis)>,
+        now: Millis,
+    ) -> Result<bool, DbErr> {
         let txn = begin_write(self.db()).await?;
         let current = alert::Entity::find()
             .filter(alert::Column::Rule.eq(rule))
@@ -217,6 +282,26 @@ impl Store {
         let Some(current) = current.filter(|alert| alert.state == FIRING) else {
             return Ok(false);
         };
+        if let Some((replica, fresh_after)) = observed {
+            alert_observation::Entity::delete_many()
+                .filter(alert_observation::Column::AlertId.eq(&current.id))
+                .filter(alert_observation::Column::Replica.eq(replica))
+                .exec(&txn)
+                .await?;
+            let others = alert_observation::Entity::find()
+                .filter(alert_observation::Column::AlertId.eq(&current.id))
+                .filter(alert_observation::Column::ObservedAt.gt(fresh_after))
+                .count(&txn)
+                .await?;
+            if others > 0 {
+                txn.commit().await?;
+                return Ok(false);
+            }
+        }
+        alert_observation::Entity::delete_many()
+            .filter(alert_observation::Column::AlertId.eq(&current.id))
+            .exec(&txn)
+            .await?;
         alert::Entity::update_many()
             .col_expr(alert::Column::State, RESOLVED.into())
             .col_expr(alert::Column::ResolvedAt, Some(now).into())
@@ -244,6 +329,30 @@ impl Store {
             .filter(alert::Column::State.eq(FIRING))
             .all(self.db())
             .await
+    }
+
+    /// The replicas observing each of `alert_ids` and when each last did (alerts nobody
+    /// observes are absent), ordered by replica.
+    pub async fn alert_observers(
+        &self,
+        alert_ids: &[&str],
+    ) -> Result<std::collections::HashMap<String, Vec<(String, Millis)>>, DbErr> {
+        let mut observers: std::collections::HashMap<String, Vec<(String, Millis)>> =
+            std::collections::HashMap::new();
+        for chunk in alert_ids.chunks(200) {
+            let rows = alert_observation::Entity::find()
+                .filter(alert_observation::Column::AlertId.is_in(chunk.iter().copied()))
+                .order_by_asc(alert_observation::Column::Replica)
+                .all(self.db())
+                .await?;
+            for row in rows {
+                observers
+                    .entry(row.alert_id)
+                    .or_default()
+                    .push((row.replica, row.observed_at));
+            }
+        }
+        Ok(observers)
     }
 
     /// Alerts newest first (by when they last changed), as `filter` selects.

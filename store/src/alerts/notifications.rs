@@ -2,10 +2,13 @@
 //! is a token and a `due_at` in the future, so a crashed claimer's rows come back by
 //! themselves), then delivered or given a retry time.
 //!
-//! Invariant: a row is changed only by the holder of its current claim token, so two replicas
-//! never both count one delivery.
+//! Invariants: a row is changed only by the holder of its current claim token, so two replicas
+//! never both count one delivery. The notifications of one alert to one notifier are delivered
+//! in order (episode by episode, `fired` before `resolved`): a row is claimed only once every
+//! earlier row of its alert and notifier is no longer pending (delivered or dropped), so a
+//! `resolved` never overtakes its `fired` while that one waits out a retry or is in flight.
 
-use sea_orm::sea_query::{LockBehavior, LockType};
+use sea_orm::sea_query::{Expr, LockBehavior, LockType, SimpleExpr};
 use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use uuid::Uuid;
 
@@ -40,9 +43,28 @@ pub enum NotificationOutcome {
     Dropped { error: String },
 }
 
+/// No earlier notification of the row's alert to its notifier is still pending: an earlier
+/// episode's, or this episode's `fired` when the row is its `resolved`. The subquery is a plain
+/// read even inside `FOR UPDATE SKIP LOCKED`, so an earlier row another replica has claimed
+/// (locked, still pending) holds the later one back too.
+fn nothing_earlier_pending() -> SimpleExpr {
+    Expr::cust(format!(
+        "NOT EXISTS (SELECT 1 FROM alert_notifications earlier \
+         WHERE earlier.alert_id = alert_notifications.alert_id \
+         AND earlier.notifier = alert_notifications.notifier \
+         AND earlier.status = '{PENDING}' \
+         AND (earlier.episode < alert_notifications.episode \
+         OR (earlier.episode = alert_notifications.episode \
+         AND earlier.event = '{fired}' AND alert_notifications.event = '{resolved}')))",
+        fired = super::FIRED,
+        resolved = super::RESOLVED,
+    ))
+}
+
 impl Store {
     /// Claims up to `limit` due notifications until `now + claim_ms`, oldest due first
-    /// (`SKIP LOCKED` where the database has it, so replicas share them).
+    /// (`SKIP LOCKED` where the database has it, so replicas share them); a notification
+    /// waits while an earlier one of its alert and notifier is pending.
     pub async fn claim_alert_notifications(
         &self,
         now: Millis,
@@ -55,6 +77,7 @@ impl Store {
             .column(alert_notification::Column::Id)
             .filter(alert_notification::Column::Status.eq(PENDING))
             .filter(alert_notification::Column::DueAt.lte(now))
+            .filter(nothing_earlier_pending())
             .limit(1)
             .into_tuple::<String>()
             .one(self.db())
@@ -66,6 +89,7 @@ impl Store {
         let due = alert_notification::Entity::find()
             .filter(alert_notification::Column::Status.eq(PENDING))
             .filter(alert_notification::Column::DueAt.lte(now))
+            .filter(nothing_earlier_pending())
             .order_by_asc(alert_notification::Column::DueAt)
             .limit(limit)
             .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)

@@ -3,6 +3,7 @@
 
 pub mod alert;
 pub mod alert_notification;
+pub mod alert_observation;
 pub mod config_revision;
 pub mod dispatch;
 pub mod dispatch_attempt;

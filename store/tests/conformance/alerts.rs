@@ -1,11 +1,17 @@
 //! Conformance of the alert lifecycle and its notification outbox: one alert per rule and
 //! scope however many replicas raise it at once, one notification per notifier per
 //! transition, silence and acknowledgement, tenant-limited reads, claims a second claimer
-//! cannot take, and the bounded reads rules evaluate.
+//! cannot take, one alert's notifications to one notifier claimed in order, the bounded reads
+//! rules evaluate, and an alert several replicas observe that resolves only once none of them
+//! still does.
 
-use switchyard_store::alerts::notifications::{DELIVERED, NotificationOutcome, PENDING};
+use switchyard_store::alerts::notifications::{
+    ClaimedNotification, DELIVERED, NotificationOutcome, PENDING,
+};
 use switchyard_store::alerts::signals::DeliveryScope;
-use switchyard_store::alerts::{AlertChangeError, AlertFilter, FIRING, Fired, Firing, RESOLVED};
+use switchyard_store::alerts::{
+    AlertChangeError, AlertFilter, FIRED, FIRING, Fired, Firing, RESOLVED,
+};
 
 use crate::fixtures::{id_at, insert_ledger, ledger_row, routed, start};
 use crate::harness::TestStore;
@@ -24,6 +30,7 @@ fn firing<'a>(notifiers: &'a [String], tenant: Option<&'a str>) -> Firing<'a> {
         numbers: r#"{"quiet_secs":7200}"#,
         since: 1_000,
         notifiers,
+        observer: None,
     }
 }
 
@@ -73,6 +80,100 @@ async fn two_replicas_raising_one_alert_at_once_make_one_alert_and_one_notificat
         assert_eq!(
             to,
             [("ops-slack", "fired"), ("ops-webhook", "fired")],
+            "{:?}",
+            test.backend
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_observed_alert_stays_firing_while_another_replica_still_observes_its_fault() {
+    for test in TestStore::all().await {
+        let now = start();
+        let notifiers = notifiers();
+        let (first, second) = (test.store.clone(), test.replica().await);
+        let seen_by = |replica: &'static str| Firing {
+            rule: "builtin:intake_unhealthy",
+            scope: "intake",
+            kind: "intake_unhealthy",
+            observer: Some(replica),
+            ..firing(&notifiers, None)
+        };
+        let fired = first.fire_alert(&seen_by("a"), now).await.expect("fire a");
+        assert!(matches!(fired, Fired::New { .. }), "{:?}", test.backend);
+        let fired = second
+            .fire_alert(&seen_by("b"), now + 10)
+            .await
+            .expect("fire b");
+        assert!(matches!(fired, Fired::Still { .. }), "{:?}", test.backend);
+        // `a` recovers; `b` observed the fault 10 ms ago: still firing, nothing owed.
+        let fresh_after = now - 60_000;
+        let resolved = first
+            .resolve_observed_alert(
+                "builtin:intake_unhealthy",
+                "intake",
+                Some(("a", fresh_after)),
+                now + 20,
+            )
+            .await
+            .expect("resolve a");
+        assert!(!resolved, "{:?}", test.backend);
+        // `a` sees nothing again and tries again: its withdrawn observation stays withdrawn.
+        assert!(
+            !first
+                .resolve_observed_alert(
+                    "builtin:intake_unhealthy",
+                    "intake",
+                    Some(("a", fresh_after)),
+                    now + 30
+                )
+                .await
+                .expect("resolve a again"),
+            "{:?}",
+            test.backend
+        );
+        let alerts = first.firing_alerts().await.expect("firing");
+        assert_eq!(alerts.len(), 1, "{:?}", test.backend);
+        let id = alerts[0].id.clone();
+        assert_eq!(
+            first.alert_notifications(&id).await.expect("sent").len(),
+            2,
+            "only the firing's: {:?}",
+            test.backend
+        );
+        // `b` recovers too: resolved once, one `resolved` notification per notifier told.
+        assert!(
+            second
+                .resolve_observed_alert(
+                    "builtin:intake_unhealthy",
+                    "intake",
+                    Some(("b", fresh_after)),
+                    now + 40
+                )
+                .await
+                .expect("resolve b"),
+            "{:?}",
+            test.backend
+        );
+        assert!(first.firing_alerts().await.expect("firing").is_empty());
+        let sent = first.alert_notifications(&id).await.expect("sent");
+        assert_eq!(sent.len(), 4, "{:?}: {sent:?}", test.backend);
+
+        // An observation older than the freshness bound (a replica that died) holds nothing.
+        first
+            .fire_alert(&seen_by("gone"), now + 50)
+            .await
+            .expect("fire gone");
+        assert!(
+            second
+                .resolve_observed_alert(
+                    "builtin:intake_unhealthy",
+                    "intake",
+                    Some(("b", now + 60)),
+                    now + 70
+                )
+                .await
+                .expect("resolve stale"),
             "{:?}",
             test.backend
         );
@@ -360,6 +461,143 @@ async fn a_claimed_notification_is_not_claimed_again_until_its_claim_lapses_and_
                 .expect("claim")
                 .is_empty()
         );
+    }
+}
+
+#[tokio::test]
+async fn a_resolved_notification_waits_until_its_fired_one_to_the_same_notifier_is_delivered() {
+    for test in TestStore::all().await {
+        let store = &test.store;
+        let replica = test.replica().await;
+        let now = start();
+        let notifiers = notifiers();
+        store
+            .fire_alert(&firing(&notifiers, None), now)
+            .await
+            .expect("fire");
+        let claimed = store
+            .claim_alert_notifications(now, 30_000, 10)
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 2, "{:?}", test.backend);
+        let alert_id = claimed[0].alert.id.clone();
+        // The webhook refuses its `fired` (retry in 60s); Slack takes its own.
+        for claim in &claimed {
+            let outcome = if claim.notification.notifier == "ops-webhook" {
+                NotificationOutcome::Retry {
+                    due_at: now + 60_000,
+                    error: "HTTP 503".into(),
+                }
+            } else {
+                NotificationOutcome::Delivered {
+                    external_ref: Some("C0OPS 1.2".into()),
+                }
+            };
+            assert!(
+                store
+                    .finish_alert_notification(
+                        &claim.notification.id,
+                        &claim.claim_token,
+                        &outcome,
+                        now + 1
+                    )
+                    .await
+                    .expect("finish")
+            );
+        }
+        assert!(
+            store
+                .resolve_alert("api-quiet", "source=api", now + 2)
+                .await
+                .expect("resolve")
+        );
+        // Both `resolved` are due now; only Slack's `fired` is delivered.
+        let pairs = |claimed: &[ClaimedNotification]| {
+            claimed
+                .iter()
+                .map(|c| {
+                    (
+                        c.notification.notifier.clone(),
+                        c.notification.event.clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let slack = store
+            .claim_alert_notifications(now + 3, 30_000, 10)
+            .await
+            .expect("claim");
+        assert_eq!(
+            pairs(&slack),
+            [("ops-slack".to_owned(), RESOLVED.to_owned())],
+            "{:?}",
+            test.backend
+        );
+        assert!(
+            store
+                .finish_alert_notification(
+                    &slack[0].notification.id,
+                    &slack[0].claim_token,
+                    &NotificationOutcome::Delivered { external_ref: None },
+                    now + 4
+                )
+                .await
+                .expect("delivered")
+        );
+        for at in [now + 5, now + 59_999] {
+            assert!(
+                replica
+                    .claim_alert_notifications(at, 30_000, 10)
+                    .await
+                    .expect("claim")
+                    .is_empty(),
+                "the webhook's `resolved` waits for its `fired`: {:?}",
+                test.backend
+            );
+        }
+        // The `fired` retry is due: it alone is claimed, and while it is in flight (claimed
+        // by one replica) the other replica still holds the `resolved` back.
+        let fired = store
+            .claim_alert_notifications(now + 60_000, 30_000, 10)
+            .await
+            .expect("claim");
+        assert_eq!(
+            pairs(&fired),
+            [("ops-webhook".to_owned(), FIRED.to_owned())],
+            "{:?}",
+            test.backend
+        );
+        assert!(
+            replica
+                .claim_alert_notifications(now + 60_001, 30_000, 10)
+                .await
+                .expect("claim")
+                .is_empty(),
+            "{:?}",
+            test.backend
+        );
+        assert!(
+            store
+                .finish_alert_notification(
+                    &fired[0].notification.id,
+                    &fired[0].claim_token,
+                    &NotificationOutcome::Delivered { external_ref: None },
+                    now + 60_002
+                )
+                .await
+                .expect("delivered")
+        );
+        let resolved = replica
+            .claim_alert_notifications(now + 60_003, 30_000, 10)
+            .await
+            .expect("claim");
+        assert_eq!(
+            pairs(&resolved),
+            [("ops-webhook".to_owned(), RESOLVED.to_owned())],
+            "{:?}",
+            test.backend
+        );
+        assert_eq!(resolved[0].alert.id, alert_id);
     }
 }
 
