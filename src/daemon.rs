@@ -112,6 +112,7 @@ impl Daemon {
             status: alert_status.clone(),
             replica_id: live.current().settings.loaded.replica_id(),
             started: switchyard_store::now_millis(),
+            quiet_searches: Default::default(),
         }));
         let state = AppState {
             replays,

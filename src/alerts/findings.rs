@@ -1,6 +1,8 @@
 //! What each rule kind finds wrong right now, as [`Finding`]s (one per scope). Every read is
-//! bounded: in-memory health (pollers, writers, targets, answers), config, or one indexed
-//! store probe per source or target (`last_delivery`, `oldest_due_dispatch`).
+//! bounded: in-memory health (pollers, writers, targets, answers), config, or one store probe
+//! per source or target: `oldest_due_dispatch` an index probe, `last_delivery` a primary key
+//! range of the rule's window plus, while a source is quiet, only the rows no earlier
+//! evaluation read ([`QuietSearches`]), never the whole ledger again.
 
 use serde_json::{Value, json};
 use switchyard_store::alerts::signals::DeliveryScope;
@@ -17,6 +19,33 @@ use crate::config::{AlertKind, ResolvedTarget};
 pub const RELOAD_SCOPE: &str = "config";
 /// The scope of `intake_unhealthy`: intake, whichever replica's writer is failing.
 pub const INTAKE_SCOPE: &str = "intake";
+
+/// How far back a `source_quiet` scope's ledger has been searched: every row of the scope
+/// recorded before `searched_before` has been read, and the newest of them arrived at `last`.
+/// Ledger rows are only ever added at the present, so the next search reads only newer rows.
+#[derive(Debug, Clone, Copy)]
+pub struct QuietSearch {
+    pub searched_before: Millis,
+    pub last: Option<Millis>,
+}
+
+/// What this daemon remembers of its `source_quiet` searches, by rule and scope.
+#[derive(Debug, Default)]
+pub struct QuietSearches(
+    std::sync::Mutex<std::collections::HashMap<(String, String), QuietSearch>>,
+);
+
+impl QuietSearches {
+    fn get(&self, key: &(String, String)) -> Option<QuietSearch> {
+        self.0.lock().ok().and_then(|map| map.get(key).copied())
+    }
+
+    fn put(&self, key: (String, String), search: QuietSearch) {
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(key, search);
+        }
+    }
+}
 
 /// One scope a rule finds wrong.
 #[derive(Debug, Clone)]
@@ -75,19 +104,39 @@ pub async fn find(
                 tenant_id: config.tenant.as_deref(),
                 event_type: config.event_type.as_deref(),
             };
-            let last = match inputs.store.last_delivery(scope, now - lookback).await? {
-                Some(at) => Some(at),
-                None => inputs.store.last_delivery(scope, 0).await?,
-            };
-            let mut scope = format!("source={source}");
+            let mut scope_name = format!("source={source}");
             for (key, value) in [
                 ("tenant", &config.tenant),
                 ("event_type", &config.event_type),
             ] {
                 if let Some(value) = value {
-                    scope.push_str(&format!(",{key}={value}"));
+                    scope_name.push_str(&format!(",{key}={value}"));
                 }
             }
+            let window_from = now - lookback;
+            let last = match inputs.store.last_delivery(scope, window_from, None).await? {
+                Some(at) => Some(at),
+                None => {
+                    // Older than the window: read only what no earlier evaluation has read.
+                    let key = (config.name.clone(), scope_name.clone());
+                    let searched = inputs.quiet_searches.get(&key);
+                    let from = searched.map_or(0, |s| s.searched_before);
+                    let older = inputs
+                        .store
+                        .last_delivery(scope, from, Some(window_from))
+                        .await?
+                        .or(searched.and_then(|s| s.last));
+                    inputs.quiet_searches.put(
+                        key,
+                        QuietSearch {
+                            searched_before: window_from.max(from),
+                            last: older,
+                        },
+                    );
+                    older
+                }
+            };
+            let scope = scope_name;
             // Never heard from: quiet since this daemon started watching, or since the alert
             // already firing says (raised by a replica that started earlier, or by this daemon
             // before a restart), so a later start neither resolves nor re-raises it.

@@ -17,20 +17,26 @@ pub struct DeliveryScope<'a> {
 }
 
 impl Store {
-    /// When the newest delivery of `scope` received at or after `not_before` arrived. No index
-    /// serves it (one leading with `source` slowed the intake writer's probes on PostgreSQL,
-    /// see m0014), so it reads the source's rows: run off the intake path, once per evaluation,
-    /// and keep `not_before` recent.
+    /// When the newest delivery of `scope` recorded in `[from, before)` (`None`: up to now)
+    /// arrived. Ledger ids are UUIDv7, so the window is a range of the primary key, read newest
+    /// first until a row of the scope: an active source stops at once, a quiet one reads the
+    /// window's rows. No index leads with `source` (one slowed the intake writer's probes on
+    /// PostgreSQL, see m0014), so callers keep windows short and never read the same old rows
+    /// twice (`alerts::findings` remembers how far back it has searched).
     pub async fn last_delivery(
         &self,
         scope: DeliveryScope<'_>,
-        not_before: Millis,
+        from: Millis,
+        before: Option<Millis>,
     ) -> Result<Option<Millis>, DbErr> {
         let mut query = intake::Entity::find()
             .select_only()
             .column(intake::Column::ReceivedAt)
-            .filter(intake::Column::Source.eq(scope.source))
-            .filter(intake::Column::ReceivedAt.gte(not_before));
+            .filter(intake::Column::Id.gte(crate::cutoff_id(from)))
+            .filter(intake::Column::Source.eq(scope.source));
+        if let Some(before) = before {
+            query = query.filter(intake::Column::Id.lt(crate::cutoff_id(before)));
+        }
         if let Some(tenant) = scope.tenant_id {
             query = query.filter(intake::Column::TenantId.eq(tenant));
         }
@@ -38,7 +44,7 @@ impl Store {
             query = query.filter(intake::Column::EventType.eq(event_type));
         }
         query
-            .order_by_desc(intake::Column::ReceivedAt)
+            .order_by_desc(intake::Column::Id)
             .limit(1)
             .into_tuple::<Millis>()
             .one(self.db())

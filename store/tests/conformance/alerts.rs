@@ -623,19 +623,30 @@ async fn rules_read_the_newest_delivery_of_a_scope_and_the_oldest_due_dispatch_o
             event_type: None,
         };
         assert_eq!(
-            store.last_delivery(scope(None), 0).await.expect("last"),
+            store
+                .last_delivery(scope(None), 0, None)
+                .await
+                .expect("last"),
             Some(now - 30_000)
         );
+        // A window that ends before the newest row: the newest row inside it.
         assert_eq!(
             store
-                .last_delivery(scope(Some("globex")), 0)
+                .last_delivery(scope(None), 0, Some(now - 35_000))
                 .await
                 .expect("last"),
             Some(now - 40_000)
         );
         assert_eq!(
             store
-                .last_delivery(scope(Some("globex")), now - 35_000)
+                .last_delivery(scope(Some("globex")), 0, None)
+                .await
+                .expect("last"),
+            Some(now - 40_000)
+        );
+        assert_eq!(
+            store
+                .last_delivery(scope(Some("globex")), now - 35_000, None)
                 .await
                 .expect("last"),
             None
@@ -645,13 +656,19 @@ async fn rules_read_the_newest_delivery_of_a_scope_and_the_oldest_due_dispatch_o
             tenant_id: None,
             event_type: Some("other"),
         };
-        assert_eq!(store.last_delivery(typed, 0).await.expect("last"), None);
+        assert_eq!(
+            store.last_delivery(typed, 0, None).await.expect("last"),
+            None
+        );
         let unknown = DeliveryScope {
             source: "api",
             tenant_id: None,
             event_type: None,
         };
-        assert_eq!(store.last_delivery(unknown, 0).await.expect("last"), None);
+        assert_eq!(
+            store.last_delivery(unknown, 0, None).await.expect("last"),
+            None
+        );
 
         assert_eq!(
             store.oldest_due_dispatch("crm", now).await.expect("lag"),
