@@ -43,7 +43,7 @@ pub struct Inputs {
     /// When this daemon started watching (a source never heard from is quiet since then).
     pub started: Millis,
     /// How far back each `source_quiet` scope's ledger has been read.
-    pub(crate) quiet_searches: findings::QuietSearches,
+    pub(crate) quiet_searches: Arc<findings::QuietSearches>,
 }
 
 /// One notifier's delivery health, for `/readyz` and the console.
