@@ -36,7 +36,12 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let settings = load_settings(&config_path, &overrides)?;
     let listen = settings.loaded.config.server.listen;
-    prepare_folder(&settings.loaded.database_url())?;
+    let url = settings.loaded.database_url();
+    prepare_folder(&url)?;
+    tracing::info!(
+        database = crate::daemon::redact_url(&url),
+        "opening the database"
+    );
     notify::status("Starting: opening and migrating the database, starting sources");
     let daemon = Daemon::start(settings, migrate).await?;
     let listener = TcpListener::bind(listen)

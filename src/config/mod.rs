@@ -231,7 +231,7 @@ fn share_of(total: usize, share: f64) -> usize {
 pub use switchyard_store::connect::Durability;
 
 /// `[database]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatabaseConfig {
     /// `sqlite://FILE` (relative to the config file), `postgres://...` or `mysql://...`; unset,
@@ -256,17 +256,6 @@ impl DatabaseConfig {
         switchyard_store::connect::Options {
             max_connections: self.max_connections,
             durability: self.durability,
-        }
-    }
-}
-
-impl Default for DatabaseConfig {
-    fn default() -> Self {
-        Self {
-            url: None,
-            durability: Durability::default(),
-            max_connections: None,
-            writers: None,
         }
     }
 }
