@@ -1,4 +1,5 @@
-//! The command line: `check` on good and bad files, `route` as a dry run, `migrate`.
+//! The command line: `check` on good and bad files, `route` as a dry run, `migrate`, and
+//! `serve`'s `--listen`/`--database` overrides on the README's quick start.
 
 use std::process::Command;
 
@@ -7,7 +8,11 @@ use super::spine::WORKED_EXAMPLE;
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let mut command = Command::new(binary());
-    command.args(args).env_remove("SWITCHYARD_API_TOKEN");
+    command
+        .args(args)
+        .env_remove("SWITCHYARD_API_TOKEN")
+        .env_remove("SWITCHYARD_LISTEN")
+        .env_remove("SWITCHYARD_DATABASE_URL");
     for (k, v) in env {
         command.env(k, v);
     }
