@@ -23,9 +23,9 @@ cargo build --locked -p switchyard --quiet
 
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-# The example as shipped, on another port; its SQLite file lands next to the copy.
-sed "s/^listen = .*/listen = \"127.0.0.1:$port\"/" examples/switchyard.toml >"$work/switchyard.toml"
-SWITCHYARD_API_TOKEN=$token "$target/debug/switchyard" serve --config "$work/switchyard.toml" >"$work/daemon.log" 2>&1 &
+# The example as shipped, on another port, with a fresh SQLite file in the scratch folder.
+SWITCHYARD_API_TOKEN=$token "$target/debug/switchyard" serve --config examples/switchyard.toml \
+    --listen "127.0.0.1:$port" --database "sqlite://$work/switchyard.db" >"$work/daemon.log" 2>&1 &
 daemon=$!
 stop() {
     kill "$daemon" 2>/dev/null || true

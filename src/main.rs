@@ -68,6 +68,13 @@ enum Command {
     Serve {
         #[arg(long, short)]
         config: PathBuf,
+        /// Listen on this address and port instead of the config's `server.listen`.
+        #[arg(long, env = "SWITCHYARD_LISTEN", value_name = "ADDR")]
+        listen: Option<String>,
+        /// Use this database instead of the config's `database.url` (a relative SQLite path is
+        /// relative to the current directory).
+        #[arg(long, env = "SWITCHYARD_DATABASE_URL", value_name = "URL")]
+        database: Option<String>,
         /// Do not apply pending database migrations on start.
         #[arg(long)]
         no_migrate: bool,
@@ -76,6 +83,9 @@ enum Command {
     Migrate {
         #[arg(long, short)]
         config: PathBuf,
+        /// Migrate this database instead of the config's `database.url` (as `serve --database`).
+        #[arg(long, env = "SWITCHYARD_DATABASE_URL", value_name = "URL")]
+        database: Option<String>,
     },
     /// Validate a config file; warn about priority ties, drafts and unreachable triggers.
     /// With `--candidate NEW --against-ledger 7d`: also decide the last 7 days of the ledger
@@ -362,10 +372,22 @@ fn main() -> ExitCode {
     }
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve { config, no_migrate } => {
-                switchyard::commands::serve(config, !no_migrate).await
+            Command::Serve {
+                config,
+                listen,
+                database,
+                no_migrate,
+            } => {
+                let overrides = switchyard::config::Overrides { listen, database };
+                switchyard::commands::serve(config, overrides, !no_migrate).await
             }
-            Command::Migrate { config } => switchyard::commands::migrate(config).await,
+            Command::Migrate { config, database } => {
+                let overrides = switchyard::config::Overrides {
+                    listen: None,
+                    database,
+                };
+                switchyard::commands::migrate(config, overrides).await
+            }
             Command::Route {
                 config,
                 event: Some(event),

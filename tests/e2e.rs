@@ -21,6 +21,7 @@ mod e2e {
     mod console;
     mod console_ops;
     mod dispatch;
+    mod docs;
     mod email;
     mod email_oauth;
     mod email_start;

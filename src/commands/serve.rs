@@ -7,19 +7,41 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::Daemon;
-use crate::config::{LoadedConfig, Settings, process_env};
+use crate::config::{LoadedConfig, Overrides, Settings, create_sqlite_folder, process_env};
 use crate::notify;
 use crate::store;
 
-fn load_settings(path: &Path) -> anyhow::Result<Settings> {
-    let loaded = LoadedConfig::load(path)?;
+fn load_settings(path: &Path, overrides: &Overrides) -> anyhow::Result<Settings> {
+    let mut loaded = LoadedConfig::load(path)?;
+    overrides.apply(&mut loaded)?;
     Ok(Settings::resolve(loaded, &process_env)?)
 }
 
-/// Runs the daemon until SIGINT or SIGTERM; SIGHUP reloads the config file.
-pub async fn serve(config_path: PathBuf, migrate: bool) -> anyhow::Result<()> {
-    let settings = load_settings(&config_path)?;
+/// Creates the folder of a SQLite file about to be created (the data directory).
+fn prepare_folder(url: &str) -> anyhow::Result<()> {
+    create_sqlite_folder(url).with_context(|| {
+        format!(
+            "cannot create the folder of the database at {}",
+            crate::daemon::redact_url(url)
+        )
+    })
+}
+
+/// Runs the daemon until SIGINT or SIGTERM; SIGHUP reloads the config file (the overrides
+/// stay in force).
+pub async fn serve(
+    config_path: PathBuf,
+    overrides: Overrides,
+    migrate: bool,
+) -> anyhow::Result<()> {
+    let settings = load_settings(&config_path, &overrides)?;
     let listen = settings.loaded.config.server.listen;
+    let url = settings.loaded.database_url();
+    prepare_folder(&url)?;
+    tracing::info!(
+        database = crate::daemon::redact_url(&url),
+        "opening the database"
+    );
     notify::status("Starting: opening and migrating the database, starting sources");
     let daemon = Daemon::start(settings, migrate).await?;
     let listener = TcpListener::bind(listen)
@@ -33,6 +55,7 @@ pub async fn serve(config_path: PathBuf, migrate: bool) -> anyhow::Result<()> {
     tokio::spawn(reload_on_sighup(
         daemon.clone(),
         config_path,
+        overrides,
         hangups,
         addr.to_string(),
     ));
@@ -52,6 +75,7 @@ fn serving_status(daemon: &Daemon, addr: &str, note: &str) -> String {
 async fn reload_on_sighup(
     daemon: Daemon,
     config_path: PathBuf,
+    overrides: Overrides,
     hangups: std::io::Result<Signal>,
     addr: String,
 ) {
@@ -65,7 +89,7 @@ async fn reload_on_sighup(
             "Reloading the config from {}",
             config_path.display()
         ));
-        let result = match load_settings(&config_path) {
+        let result = match load_settings(&config_path, &overrides) {
             Ok(settings) => daemon.reload(settings).await,
             Err(error) => Err(error),
         };
@@ -113,9 +137,11 @@ async fn shutdown_signal(terminate: std::io::Result<Signal>) {
 }
 
 /// Applies pending migrations and exits.
-pub async fn migrate(config_path: PathBuf) -> anyhow::Result<()> {
-    let loaded = LoadedConfig::load(&config_path)?;
+pub async fn migrate(config_path: PathBuf, overrides: Overrides) -> anyhow::Result<()> {
+    let mut loaded = LoadedConfig::load(&config_path)?;
+    overrides.apply(&mut loaded)?;
     let url = loaded.database_url();
+    prepare_folder(&url)?;
     let db = store::connect(&url, &loaded.config.database.store_options())
         .await
         .with_context(|| {

@@ -2,6 +2,7 @@
 //! secrets named by environment variable into the [`Settings`] the daemon runs on.
 
 pub mod alerts;
+mod data_dir;
 mod flow;
 pub mod hours;
 mod lines;
@@ -25,6 +26,7 @@ use sha2::{Digest, Sha256};
 use switchyard_core::Workflow;
 
 pub use alerts::{AlertConfig, AlertKind, AlertingConfig};
+pub use data_dir::{Overrides, create_sqlite_folder, default_data_dir};
 pub use flow::{Ceiling, FlowConfig, RatesConfig, coalesce_refusal};
 pub use notifiers::{NotifierConfig, ResolvedNotifier, SmtpTls};
 pub use principals::{PrincipalConfig, PrincipalKind, PrincipalStatus};
@@ -229,12 +231,13 @@ fn share_of(total: usize, share: f64) -> usize {
 pub use switchyard_store::connect::Durability;
 
 /// `[database]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatabaseConfig {
-    /// `sqlite://FILE` (relative to the config file), `postgres://...` or `mysql://...`.
-    #[serde(default = "DatabaseConfig::default_url")]
-    pub url: String,
+    /// `sqlite://FILE` (relative to the config file), `postgres://...` or `mysql://...`; unset,
+    /// `switchyard.db` in the data directory ([`default_data_dir`]).
+    #[serde(default)]
+    pub url: Option<String>,
     /// SQLite only: when a commit is on disk. PostgreSQL and MySQL follow their server settings.
     #[serde(default)]
     pub durability: Durability,
@@ -253,21 +256,6 @@ impl DatabaseConfig {
         switchyard_store::connect::Options {
             max_connections: self.max_connections,
             durability: self.durability,
-        }
-    }
-
-    fn default_url() -> String {
-        "sqlite://switchyard.db?mode=rwc".into()
-    }
-}
-
-impl Default for DatabaseConfig {
-    fn default() -> Self {
-        Self {
-            url: Self::default_url(),
-            durability: Durability::default(),
-            max_connections: None,
-            writers: None,
         }
     }
 }
@@ -341,9 +329,20 @@ impl LoadedConfig {
     }
 
     /// The database URL with a relative SQLite path resolved against the config's folder and the
-    /// file created when missing.
+    /// file created when missing; unset, `switchyard.db` in the data directory.
     pub fn database_url(&self) -> String {
-        resolve_database_url(&self.config.database.url, &self.base_dir)
+        self.database_url_with(&process_env)
+    }
+
+    /// [`Self::database_url`] with the environment given (tests).
+    pub fn database_url_with(&self, env: EnvLookup<'_>) -> String {
+        match &self.config.database.url {
+            Some(url) => resolve_database_url(url, &self.base_dir),
+            None => resolve_database_url(
+                &format!("sqlite://{}", data_dir::DEFAULT_FILE),
+                &default_data_dir(&self.base_dir, env),
+            ),
+        }
     }
 
     /// This daemon's name in poller leases: the host and the config file. A daemon restarted on
@@ -483,11 +482,12 @@ impl Config {
         if self.database.writers == Some(0) {
             problems.push("database.writers must be at least 1".into());
         }
-        if is_in_memory_sqlite(&self.database.url) {
+        if let Some(url) = &self.database.url
+            && is_in_memory_sqlite(url)
+        {
             problems.push(format!(
-                "database.url `{}` is an in-memory SQLite database, which loses every delivery at \
-                 exit; use `sqlite://FILE`",
-                self.database.url
+                "database.url `{url}` is an in-memory SQLite database, which loses every delivery \
+                 at exit; use `sqlite://FILE`"
             ));
         }
         if problems.is_empty() {
@@ -502,11 +502,11 @@ impl Config {
     }
 }
 
-fn is_in_memory_sqlite(url: &str) -> bool {
+pub(crate) fn is_in_memory_sqlite(url: &str) -> bool {
     url.starts_with("sqlite:") && (url.contains(":memory:") || url.contains("mode=memory"))
 }
 
-fn resolve_database_url(url: &str, base_dir: &Path) -> String {
+pub(crate) fn resolve_database_url(url: &str, base_dir: &Path) -> String {
     let Some(rest) = url.strip_prefix("sqlite://") else {
         return url.to_owned();
     };

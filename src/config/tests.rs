@@ -79,14 +79,50 @@ fn the_all_sources_example_parses_and_resolves() {
 }
 
 #[test]
-fn defaults_give_an_embedded_sqlite_next_to_the_file() {
+fn defaults_give_an_embedded_sqlite_in_the_data_directory() {
     let loaded = parse("").expect("an empty file is valid");
     assert_eq!(loaded.config.server.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(loaded.config.server.body_limit, 1024 * 1024);
     assert_eq!(loaded.config.database.durability, Durability::Full);
+    let env = |vars: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    };
     assert_eq!(
-        loaded.database_url(),
+        loaded.database_url_with(&env(&[
+            ("STATE_DIRECTORY", "/var/lib/switchyard"),
+            ("HOME", "/home/a")
+        ])),
+        "sqlite:///var/lib/switchyard/switchyard.db?mode=rwc"
+    );
+    assert_eq!(
+        loaded.database_url_with(&env(&[("XDG_DATA_HOME", "/d"), ("HOME", "/home/a")])),
+        "sqlite:///d/switchyard/switchyard.db?mode=rwc"
+    );
+    assert_eq!(
+        loaded.database_url_with(&env(&[("XDG_DATA_HOME", "rel"), ("HOME", "/home/a")])),
+        "sqlite:///home/a/.local/share/switchyard/switchyard.db?mode=rwc",
+        "a relative XDG_DATA_HOME is ignored, as the XDG spec says"
+    );
+    assert_eq!(
+        loaded.database_url_with(&env(&[])),
         "sqlite:///etc/switchyard/switchyard.db?mode=rwc"
+    );
+    // A database already next to the config file (the old default) stays in use.
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("switchyard.db"), "").expect("write");
+    let old = LoadedConfig::parse(
+        &format!("\n{PRINCIPALS}"),
+        &dir.path().join("s.toml"),
+        dir.path().to_path_buf(),
+    )
+    .expect("valid");
+    assert_eq!(
+        old.database_url_with(&env(&[("XDG_DATA_HOME", "/d")])),
+        format!("sqlite://{}/switchyard.db?mode=rwc", dir.path().display())
     );
     assert_eq!(
         resolve_database_url("sqlite:///var/lib/s.db?mode=rw", Path::new("/x")),

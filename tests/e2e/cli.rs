@@ -1,4 +1,5 @@
-//! The command line: `check` on good and bad files, `route` as a dry run, `migrate`.
+//! The command line: `check` on good and bad files, `route` as a dry run, `migrate`, and
+//! `serve`'s `--listen`/`--database` overrides on the README's quick start.
 
 use std::process::Command;
 
@@ -7,7 +8,11 @@ use super::spine::WORKED_EXAMPLE;
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let mut command = Command::new(binary());
-    command.args(args).env_remove("SWITCHYARD_API_TOKEN");
+    command
+        .args(args)
+        .env_remove("SWITCHYARD_API_TOKEN")
+        .env_remove("SWITCHYARD_LISTEN")
+        .env_remove("SWITCHYARD_DATABASE_URL");
     for (k, v) in env {
         command.env(k, v);
     }
@@ -306,4 +311,134 @@ fn check_and_route_name_a_principal_that_may_not_act() {
         out.contains("error: workflow `triage` requires `ticket:delete` that principal `bot` does not hold (line 12)"),
         "{out}"
     );
+}
+
+/// The README's quick start: `serve --config examples/switchyard.toml` with only the API token
+/// set. Its SQLite file goes to the data directory, never into `examples/`; `--listen` and
+/// `SWITCHYARD_LISTEN` move the listener (flag over environment over config).
+#[tokio::test]
+async fn the_quick_start_serves_from_the_data_directory_on_the_given_address() {
+    let home = tempfile::tempdir().expect("dir");
+    let data = home.path().join("data");
+    let in_examples =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/switchyard.db");
+    let examples_had_a_db = in_examples.exists();
+    let example = std::path::PathBuf::from(example());
+    let data_str = data.to_str().unwrap_or_default();
+    let home_str = home.path().to_str().unwrap_or_default();
+    let env = [
+        ("XDG_DATA_HOME", data_str),
+        ("HOME", home_str),
+        ("STATE_DIRECTORY", ""),
+    ];
+
+    // The environment moves the listener off the example's 127.0.0.1:8080.
+    let mut with_env = env.to_vec();
+    with_env.push(("SWITCHYARD_LISTEN", "127.0.0.1:0"));
+    let daemon = Daemon::start_serving(&example, &[], &with_env).await;
+    assert_ne!(daemon.addr.port(), 8080, "SWITCHYARD_LISTEN took effect");
+    let (_, routed) = daemon
+        .post_event("q", &event("webhook", "ticket.created", "acme", "Q-1"))
+        .await;
+    assert_eq!(routed["outcome"], "routed", "{routed}");
+    daemon.stop();
+    if examples_had_a_db {
+        println!(
+            "SKIPPED the examples/ check: {} exists from an earlier run, and is kept in use",
+            in_examples.display()
+        );
+    } else {
+        assert!(
+            data.join("switchyard/switchyard.db").exists(),
+            "the database is in $XDG_DATA_HOME/switchyard"
+        );
+        assert!(!in_examples.exists(), "nothing written into examples/");
+    }
+
+    // The flag wins over the environment (whose bad value is then never read).
+    let mut bad_env = env.to_vec();
+    bad_env.push(("SWITCHYARD_LISTEN", "not-an-address"));
+    let daemon = Daemon::start_serving(&example, &["--listen", "127.0.0.1:0"], &bad_env).await;
+    assert_ne!(daemon.addr.port(), 8080, "--listen took effect");
+    let (_, duplicate) = daemon
+        .post_event("q", &event("webhook", "ticket.created", "acme", "Q-1"))
+        .await;
+    assert_eq!(
+        duplicate["outcome"], "duplicate",
+        "the same database: {duplicate}"
+    );
+    daemon.stop();
+}
+
+/// A bad `--listen`, `SWITCHYARD_LISTEN` or `--database` is a config error (exit 78) that names
+/// the value; a relative `--database` SQLite path is relative to the current directory.
+#[test]
+fn bad_listen_and_database_overrides_exit_78_and_a_relative_database_is_in_the_cwd() {
+    let dir = tempfile::tempdir().expect("dir");
+    let serve = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = Command::new(binary());
+        command
+            .args(["serve", "--config", &example()])
+            .args(args)
+            .current_dir(dir.path())
+            .env("SWITCHYARD_API_TOKEN", TOKEN)
+            .env("XDG_DATA_HOME", dir.path())
+            .env_remove("SWITCHYARD_LISTEN")
+            .env_remove("SWITCHYARD_DATABASE_URL");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let output = command.output().expect("run serve");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, err) = serve(&["--listen", "localhost"], &[]);
+    assert_eq!(code, Some(78), "{err}");
+    assert!(
+        err.contains("--listen / SWITCHYARD_LISTEN `localhost` is not an address and port"),
+        "{err}"
+    );
+    let (code, err) = serve(&[], &[("SWITCHYARD_LISTEN", "127.0.0.1:99999")]);
+    assert_eq!(code, Some(78), "{err}");
+    assert!(
+        err.contains("`127.0.0.1:99999` is not an address and port"),
+        "{err}"
+    );
+    let (code, err) = serve(&["--database", "switchyard.db"], &[]);
+    assert_eq!(code, Some(78), "{err}");
+    assert!(
+        err.contains("`switchyard.db` is not a database URL"),
+        "{err}"
+    );
+    let (code, err) = serve(&[], &[("SWITCHYARD_DATABASE_URL", "sqlite::memory:")]);
+    assert_eq!(code, Some(78), "{err}");
+    assert!(err.contains("in-memory SQLite"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).expect("dir").count(),
+        0,
+        "a refused override creates nothing"
+    );
+
+    let output = Command::new(binary())
+        .args([
+            "migrate",
+            "--config",
+            &example(),
+            "--database",
+            "sqlite://here/q.db",
+        ])
+        .current_dir(dir.path())
+        .env_remove("SWITCHYARD_DATABASE_URL")
+        .output()
+        .expect("run migrate");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(dir.path().join("here/q.db").exists(), "{text}");
+    assert!(text.contains("here/q.db"), "{text}");
 }

@@ -231,6 +231,9 @@ impl Daemon {
             .env("SWITCHYARD_API_TOKEN", TOKEN)
             .env("SWITCHYARD_LOG_FORMAT", "json")
             .env("RUST_LOG", "info")
+            // A developer's own overrides must not redirect the tests' daemons.
+            .env_remove("SWITCHYARD_LISTEN")
+            .env_remove("SWITCHYARD_DATABASE_URL")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());

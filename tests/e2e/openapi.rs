@@ -1,7 +1,7 @@
 //! The OpenAPI document at `GET /v1/openapi.json`, as a client generator would rely on it:
 //! served without a token, OpenAPI 3.1, naming every route the daemon registers (its source's
 //! `.route(..)` calls, the console's `/ui` pages excepted) and only routes it serves; and the
-//! README's API section names exactly the document's endpoints. (Its validity by an independent
+//! API reference page (`docs/api.md`) names exactly the document's endpoints. (Its validity by an independent
 //! validator, and the daemon's answers against it, are `.ci/schemathesis.sh`'s.)
 
 use std::collections::BTreeSet;
@@ -205,15 +205,14 @@ async fn the_document_names_every_route_the_daemon_serves_and_no_other() {
     daemon.stop();
 }
 
-/// The README's `### HTTP API` section: every `METHOD /path` it names.
-fn readme_endpoints() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md");
-    let start = readme
-        .find("\n### HTTP API\n")
-        .expect("the README's API section");
-    let section = &readme[start + 1..];
-    let section = &section[..section[4..].find("\n### ").map_or(section.len(), |e| e + 4)];
+/// The API reference, `docs/api.md` (the whole page is the API section): every
+/// `METHOD /path` it names.
+fn docs_endpoints() -> BTreeSet<String> {
+    let page = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"))
+        .expect("docs/api.md");
+    let section = page
+        .strip_prefix("# HTTP API\n")
+        .expect("docs/api.md is the HTTP API page");
     let mut named = BTreeSet::new();
     for method in METHODS.map(str::to_uppercase) {
         let needle = format!("{method} /");
@@ -232,22 +231,22 @@ fn readme_endpoints() -> BTreeSet<String> {
 }
 
 #[tokio::test]
-async fn the_readme_api_section_names_exactly_the_documented_endpoints() {
+async fn the_docs_api_page_names_exactly_the_documented_endpoints() {
     let Some(db) = TestDb::create(super::harness::Backend::Sqlite).await else {
         return;
     };
     let daemon = Daemon::start(&db, &config(&db, WORKED_EXAMPLE), &[]).await;
     let operations = documented(&document(&daemon).await);
     daemon.stop();
-    let readme = readme_endpoints();
-    let missing: Vec<_> = operations.difference(&readme).collect();
+    let named = docs_endpoints();
+    let missing: Vec<_> = operations.difference(&named).collect();
     assert!(
         missing.is_empty(),
-        "endpoints the README's HTTP API section does not name: {missing:?}"
+        "endpoints docs/api.md does not name: {missing:?}"
     );
-    let unknown: Vec<_> = readme.difference(&operations).collect();
+    let unknown: Vec<_> = named.difference(&operations).collect();
     assert!(
         unknown.is_empty(),
-        "the README's HTTP API section names endpoints the daemon does not serve: {unknown:?}"
+        "docs/api.md names endpoints the daemon does not serve: {unknown:?}"
     );
 }
