@@ -2,7 +2,7 @@
 //! (reason column, times to the millisecond, prefix and payload searches, no `duplicate`
 //! option), watches (the chart and its counts, per-item charts, a refresh toggle that keeps
 //! the filters) and acts (re-admit one delivery or a filtered set after a confirmation, linked
-//! both ways; finish and cancel confirmed and recorded with the token's name); Sources (secret,
+//! both ways; finish, cancel and redispatch recorded with the token's name); Sources (secret,
 //! counts, a signed test event through the real endpoint that starts no run).
 
 use std::time::{Duration, Instant};
@@ -452,6 +452,74 @@ async fn an_operator_re_admits_a_delivery_and_a_set_after_confirming_and_each_ac
             .get(&format!("/ui/deliveries/{}/readmit", intake_id(&locked)))
             .await;
         assert_eq!(status, StatusCode::FORBIDDEN);
+        daemon.stop();
+    }
+}
+
+/// A pull workflow whose one attempt dead-letters its run when the claim is released.
+const FRAGILE: &str = r#"
+[[workflow]]
+id = "fragile"
+tenant = "acme"
+status = "live"
+run_as = "acme-agent"
+budgets = { max_attempts = 1 }
+triggers = [ { channel = "webhook", event_type = "ticket.fragile", priority = 1 } ]
+"#;
+
+#[tokio::test]
+async fn an_operator_redispatches_a_dead_lettered_run_and_the_history_and_audit_name_the_token() {
+    for db in TestDb::all().await {
+        let backend = db.backend;
+        let text = config(&db, &format!("{TOKENS}\n{FRAGILE}"));
+        let daemon = Daemon::start(&db, &text, &TOKEN_ENV).await;
+        let answer = event(
+            &daemon,
+            &unique("f"),
+            "ticket.fragile",
+            &unique("TCK"),
+            json!({}),
+        )
+        .await;
+        let id = run_id(&answer);
+        let claims = daemon.claim(&["fragile"], 1).await;
+        assert_eq!(claims.len(), 1, "{backend:?}: {claims:?}");
+        let token = claims[0]["token"].as_str().expect("token").to_owned();
+        let (status, released) = daemon
+            .post(&format!("/v1/claims/{token}/release"), &json!({}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{released}");
+        assert_eq!(
+            daemon.get(&format!("/v1/runs/{id}")).await["status"],
+            "dead_lettered",
+            "{backend:?}"
+        );
+
+        let ui = Console::login(&daemon, "root-token-secret").await;
+        let page = ui.page(&format!("/ui/runs/{id}")).await;
+        assert!(page.contains("Redispatch"), "{backend:?}: {page}");
+        let (status, location) = ui
+            .post(
+                &format!("/ui/runs/{id}/redispatch"),
+                &[("csrf", &csrf_of(&page))],
+            )
+            .await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{backend:?}: {location}");
+        let page = ui.page(&format!("/ui/runs/{id}")).await;
+        assert!(
+            page.contains("redispatched") && page.contains("by token:root"),
+            "{backend:?}: {page}"
+        );
+        let run = daemon.get(&format!("/v1/runs/{id}")).await;
+        assert_eq!(run["status"], "queued", "{backend:?}: {run}");
+        let ending = &run["audit"]["ending"];
+        assert_eq!(ending["cause"], "redispatched", "{backend:?}: {ending}");
+        assert!(
+            ending["detail"]
+                .as_str()
+                .is_some_and(|d| d.ends_with("; by token:root")),
+            "{backend:?}: {ending}"
+        );
         daemon.stop();
     }
 }

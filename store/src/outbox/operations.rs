@@ -131,9 +131,15 @@ impl Store {
 
     /// Starts a new attempt series for the dead-lettered run `run_id` under the same dispatch
     /// id, after retaking its entity lease with a larger fencing token; `EntityLocked` while
-    /// another active run holds the entity.
-    pub async fn redispatch(&self, run_id: &str, now: Millis) -> Result<Redispatched, RunError> {
-        super::redispatch(self.db(), run_id, now).await
+    /// another active run holds the entity. The `redispatched` history entry names `actor`
+    /// (`token:<name>`, who asked), so the run's audit says who did it.
+    pub async fn redispatch(
+        &self,
+        run_id: &str,
+        actor: Option<&str>,
+        now: Millis,
+    ) -> Result<Redispatched, RunError> {
+        super::redispatch(self.db(), run_id, actor, now).await
     }
 
     /// A run's latest dispatch, its attempts and its history (from `routed`), oldest first.

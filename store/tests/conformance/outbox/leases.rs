@@ -45,8 +45,10 @@ async fn a_redispatch_keeps_the_id_starts_a_new_series_and_retakes_the_lease() {
         let now = start();
         let r = dead_lettered(store, 1, now).await;
         let at = now + 20;
-        let Redispatched::Queued { run, dispatch_id } =
-            store.redispatch(&r.run.id, at).await.expect("redispatch")
+        let Redispatched::Queued { run, dispatch_id } = store
+            .redispatch(&r.run.id, Some("token:ops"), at)
+            .await
+            .expect("redispatch")
         else {
             panic!("{:?}: entity locked", test.backend);
         };
@@ -76,6 +78,16 @@ async fn a_redispatch_keeps_the_id_starts_a_new_series_and_retakes_the_lease() {
                 ("redispatched", RunStatus::Queued)
             ])
         );
+        let detail = history_rows(store, &r.run.id)
+            .await
+            .pop()
+            .and_then(|h| h.detail)
+            .unwrap_or_default();
+        assert!(
+            detail.ends_with("; by token:ops"),
+            "{:?}: the history names who redispatched: {detail}",
+            test.backend
+        );
         let again = store
             .claim_push(HOOK, "replica-a", 1, at, at + 30_000, &[])
             .await
@@ -104,7 +116,7 @@ async fn a_redispatch_answers_entity_locked_while_another_run_holds_the_entity()
             .await
             .expect("take over");
         let answer = store
-            .redispatch(&r.run.id, now + 20)
+            .redispatch(&r.run.id, None, now + 20)
             .await
             .expect("redispatch");
         assert_eq!(
@@ -124,14 +136,14 @@ async fn a_redispatch_answers_entity_locked_while_another_run_holds_the_entity()
 
         let active = routed(store, 2, WORKFLOW, HOOK, now).await;
         assert!(matches!(
-            store.redispatch(&active.run.id, now + 20).await,
+            store.redispatch(&active.run.id, None, now + 20).await,
             Err(RunError::NotDeadLettered {
                 status: RunStatus::Queued,
                 ..
             })
         ));
         assert!(matches!(
-            store.redispatch("run-none", now).await,
+            store.redispatch("run-none", None, now).await,
             Err(RunError::NotFound(_))
         ));
     }
