@@ -162,6 +162,15 @@ impl Store {
         super::pending_by_target(self.db()).await
     }
 
+    /// The earliest-due pending dispatch of each workflow of `workflow_ids` that has one (its
+    /// dispatch lag), one index seek per workflow (`dispatches_workflow_due`).
+    pub async fn pending_heads(
+        &self,
+        workflow_ids: &[&str],
+    ) -> Result<HashMap<String, super::PendingHead>, DbErr> {
+        super::lag::pending_heads(self.db(), workflow_ids).await
+    }
+
     /// The slots each workflow of `capped` has free under its `max_running` at `now`.
     pub async fn free_slots(
         &self,

@@ -380,3 +380,40 @@ async fn pending_counts_and_a_runs_trail() {
         assert_eq!(history[0].at, run.created_at);
     }
 }
+
+/// Dispatch lag: each workflow's earliest-due pending dispatch, by index; a claimed one is
+/// due again only when its claim lapses, a workflow with nothing pending has none.
+#[tokio::test]
+async fn pending_heads_name_each_workflows_earliest_due_pending_dispatch() {
+    for test in TestStore::all().await {
+        let store = &test.store;
+        let backend = test.backend;
+        let now = start();
+        let first = routed(store, 1, WORKFLOW, HOOK, now).await;
+        routed(store, 2, WORKFLOW, HOOK, now + 100).await;
+        routed(store, 3, "tagging", PULL, now + 50).await;
+        let heads = store
+            .pending_heads(&[WORKFLOW, "tagging", "idle"])
+            .await
+            .expect("heads");
+        assert_eq!(heads.len(), 2, "{backend:?}: {heads:?}");
+        assert_eq!(
+            (heads[WORKFLOW].due_at, heads[WORKFLOW].created_at),
+            (first.dispatch.due_at, first.dispatch.created_at),
+            "{backend:?}"
+        );
+        assert_eq!(heads[WORKFLOW].lag(first.dispatch.due_at + 1_000), 1_000);
+        assert_eq!(heads[WORKFLOW].lag(first.dispatch.due_at - 1_000), 0);
+        assert_eq!(heads["tagging"].due_at, now + 50, "{backend:?}");
+
+        // Claimed: due again only when the claim lapses, so the next one heads the queue.
+        let claimed = store
+            .claim_push(HOOK, "replica-a", 1, now + 200, now + 30_000, &[])
+            .await
+            .expect("claim");
+        assert_eq!(claimed[0].dispatch.id, first.dispatch.id, "{backend:?}");
+        let heads = store.pending_heads(&[WORKFLOW]).await.expect("heads");
+        assert_eq!(heads[WORKFLOW].due_at, now + 100, "{backend:?}: {heads:?}");
+        assert!(store.pending_heads(&[]).await.expect("none").is_empty());
+    }
+}
