@@ -465,7 +465,7 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         browser.goto(&url(&path)).await.expect("page");
         let body = text(&browser).await;
         assert!(!body.contains("could not be rendered"), "{path}: {body}");
-        if path == "/ui/sources" {
+        if path == "/ui/sources" || path == "/ui/workflows" {
             assert_tables_fit(&browser, "1280 px").await;
         }
         shoot(&browser, name).await;
@@ -497,7 +497,7 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
             overflow.as_i64().unwrap_or(0) <= 0,
             "{path} overflows 800 px by {overflow}px"
         );
-        if path == "/ui/sources" {
+        if path == "/ui/sources" || path == "/ui/workflows" {
             assert_tables_fit(&browser, "800 px").await;
         }
         shoot(&browser, name).await;
