@@ -18,6 +18,7 @@ mod runs;
 mod schedules;
 pub mod session;
 mod sources;
+mod test_events;
 mod workflows;
 
 use axum::Router;

@@ -451,7 +451,11 @@ async fn redispatch(
     visible_run(&state, &viewer.principal, &id).await?;
     match state
         .store
-        .redispatch(&id, now_millis())
+        .redispatch(
+            &id,
+            Some(&format!("token:{}", viewer.principal.name)),
+            now_millis(),
+        )
         .await
         .map_err(run_error)?
     {

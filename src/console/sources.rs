@@ -211,7 +211,10 @@ async fn page(
                 },
                 secret_set: s.settings().signing_secret_env().is_some()
                     && s.settings().unsigned().is_none(),
-                can_test: s.kind() == TESTABLE && viewer.principal.has(Scope::Admin),
+                can_test: viewer.principal.has(Scope::Admin)
+                    && live
+                        .source(s.kind(), s.name())
+                        .is_some_and(|r| super::test_events::untestable(r).is_none()),
             }
         })
         .collect();
@@ -291,15 +294,9 @@ async fn page(
     Ok(render(&page))
 }
 
-/// The kind of source the console can send a signed test event to (Zendesk webhooks).
-const TESTABLE: &str = "webhook";
-/// The event type of a test event: `ticket.*` as Zendesk's are, and triggered by no workflow
-/// unless an admin writes one for it, so by default it starts no run (`no_trigger_match`).
-pub const TEST_EVENT_TYPE: &str = "ticket.switchyard_test";
-
-/// Sends a signed sample `ticket.switchyard_test` to a Zendesk webhook source through its real
-/// ingest route (in process: the same handler, verification and ledger as a delivery from
-/// Zendesk), then shows the recorded delivery.
+/// Sends a signed sample (`super::test_events`) to the source named `name` through its real
+/// ingest route (in process: the same handler, verification and ledger as a delivery from its
+/// sender), then shows the recorded delivery.
 async fn send_test(
     viewer: Viewer,
     State(state): State<AppState>,
@@ -311,48 +308,42 @@ async fn send_test(
     viewer.check_csrf(&csrf)?;
     viewer.require(Scope::Admin)?;
     let live = state.live.current();
-    let Some(crate::config::ResolvedSource::Webhook { config, secret }) =
-        live.source(TESTABLE, &name)
+    let Some(kind) = live
+        .settings
+        .loaded
+        .config
+        .sources
+        .iter()
+        .find(|s| s.name() == name && s.tenants().iter().any(|t| viewer.principal.sees(t)))
+        .map(|s| s.kind())
     else {
-        return Err(ConsoleError::new(
-            StatusCode::NOT_FOUND,
-            &format!("No Zendesk webhook source named `{name}`: test events go to those only."),
-        ));
-    };
-    if !viewer.principal.sees(&config.tenant) {
         return Err(ConsoleError::not_found("source"));
-    }
-    let now = chrono::Utc::now();
+    };
+    let Some(source) = live.source(kind, &name) else {
+        return Err(ConsoleError::not_found("source"));
+    };
     let delivery_id = format!("switchyard-test-{}", uuid::Uuid::now_v7());
-    let body = serde_json::json!({
-        "type": format!("zen:event-type:{TEST_EVENT_TYPE}"),
-        "id": delivery_id,
-        "account_id": config.account_id,
-        "time": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        "subject": "zen:ticket:switchyard-test",
-        "zendesk_event_version": "2022-11-06",
-        "detail": {
-            "id": "switchyard-test",
-            "subject": "A test event sent from the Switchyard console",
-            "status": "NEW",
-            "via": {"channel": "web_service"}
-        },
-        "event": {}
-    });
-    let body = serde_json::to_vec(&body).unwrap_or_default();
-    let timestamp = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let mut request = axum::http::Request::post(format!("/v1/ingest/{TESTABLE}/{name}"))
-        .header(axum::http::header::CONTENT_TYPE, "application/json");
-    if let Some(secret) = secret {
-        request = request
-            .header(
-                switchyard_webhook::SIGNATURE_HEADER,
-                switchyard_webhook::sign(secret.as_bytes(), &timestamp, &body),
-            )
-            .header(switchyard_webhook::TIMESTAMP_HEADER, &timestamp);
+    let sample = super::test_events::sample(
+        source,
+        kind,
+        &name,
+        &delivery_id,
+        chrono::Utc::now(),
+        |tenant| viewer.principal.sees(tenant),
+    )
+    .map_err(|why| {
+        ConsoleError::new(
+            StatusCode::BAD_REQUEST,
+            &format!("No test event for the {kind} source `{name}`: {why}."),
+        )
+    })?;
+    let mut request = axum::http::Request::post(&sample.path)
+        .header(axum::http::header::CONTENT_TYPE, sample.content_type);
+    for (header, value) in &sample.headers {
+        request = request.header(header.as_str(), value.as_str());
     }
     let request = request
-        .body(axum::body::Body::from(body))
+        .body(axum::body::Body::from(sample.body))
         .map_err(|e| ConsoleError::new(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))?;
     let routes = crate::edge::routes(&live.settings.loaded.config.server).with_state(state.clone());
     let answer = match routes.oneshot(request).await {
@@ -364,7 +355,7 @@ async fn send_test(
         .await
         .unwrap_or_default();
     let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    tracing::info!(source = %name, %delivery_id, status = status.as_u16(), outcome = %answer["outcome"], token = %viewer.principal.name, "test event sent from the console");
+    tracing::info!(source = %name, kind, %delivery_id, status = status.as_u16(), outcome = %answer["outcome"], token = %viewer.principal.name, "test event sent from the console");
     match answer["intake_id"].as_str() {
         Some(intake_id) => Ok(Redirect::to(&format!("/ui/deliveries/{intake_id}")).into_response()),
         None => Err(ConsoleError::new(

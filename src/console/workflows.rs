@@ -48,6 +48,21 @@ struct Row {
     runs: Vec<(String, i64)>,
     /// Its deliveries of the last 24 hours, hourly: routed up, refused down.
     spark: super::chart::Spark,
+    /// Its dispatch lag now: how long its earliest-due pending dispatch has been due, and
+    /// since when it is pending (`None`: nothing pending).
+    lag: Option<Lag>,
+}
+
+#[derive(Debug)]
+struct Lag {
+    /// How long it has been due without a dispatcher or worker taking it (`0s` when none is).
+    waiting: String,
+    /// Whether that is more than a minute.
+    behind: bool,
+    /// When the earliest-due pending dispatch was written (UTC).
+    since: String,
+    /// The same, short: the time of day within the last 24 hours, else the date.
+    since_short: String,
 }
 
 #[derive(Debug)]
@@ -127,6 +142,13 @@ async fn page(
         .visible_to(|t| viewer.principal.sees(t));
     let in_force = revision.in_force_until.is_none() && revision.hash == live.revision();
     let degraded = live.authority.degraded(now_millis());
+    let ids: Vec<&str> = content
+        .workflows
+        .iter()
+        .map(|w| w.workflow.id.as_str())
+        .collect();
+    let heads = state.store.pending_heads(&ids).await?;
+    let now = now_millis();
     let rows = content
         .workflows
         .iter()
@@ -168,6 +190,26 @@ async fn page(
                 .cloned()
                 .unwrap_or_default(),
             spark: sparks.remove(&w.workflow.id).unwrap_or_default(),
+            lag: heads.get(&w.workflow.id).map(|head| {
+                let lag = head.lag(now);
+                Lag {
+                    waiting: humantime::format_duration(std::time::Duration::from_secs(
+                        u64::try_from(lag / 1000).unwrap_or(0),
+                    ))
+                    .to_string(),
+                    behind: lag > 60_000,
+                    since: stamp(head.created_at),
+                    since_short: {
+                        let full = stamp(head.created_at);
+                        let (date, time) = full.split_once(' ').unwrap_or((&full, ""));
+                        if now - head.created_at < 24 * 60 * 60 * 1000 {
+                            time.to_owned()
+                        } else {
+                            date.to_owned()
+                        }
+                    },
+                }
+            }),
         })
         .collect();
     let listed = state.store.revisions(None, 20).await?;

@@ -380,13 +380,17 @@ async fn redispatch(
     visible_run(&state, &principal, &id).await?;
     match state
         .store
-        .redispatch(&id, now_millis())
+        .redispatch(
+            &id,
+            Some(&format!("token:{}", principal.name)),
+            now_millis(),
+        )
         .await
         .map_err(run_error)?
     {
         Redispatched::Queued { run, dispatch_id } => {
             state.wake.runs_created_in([run.workflow_id.as_str()]);
-            tracing::info!(run_id = %run.id, %dispatch_id, fencing_token = run.fencing_token, "dead-lettered run redispatched");
+            tracing::info!(run_id = %run.id, %dispatch_id, fencing_token = run.fencing_token, token = %principal.name, "dead-lettered run redispatched");
             let mut view = serde_json::to_value(RunView::from(*run)).unwrap_or_default();
             view["dispatch_id"] = json!(dispatch_id);
             Ok((StatusCode::OK, Json(view)))

@@ -325,6 +325,23 @@ async fn max_attempts_bounds_pull_claims() {
             .post(&format!("/v1/runs/{id}/redispatch"), &json!({}))
             .await;
         assert_eq!(status, StatusCode::OK, "{again}");
+        // The history and the audit name the token that redispatched it.
+        let run = daemon.get(&format!("/v1/runs/{id}")).await;
+        let last = &run["history"][run["history"].as_array().map_or(0, Vec::len) - 1];
+        assert_eq!(last["cause"], "redispatched", "{backend:?}: {run}");
+        assert!(
+            last["detail"]
+                .as_str()
+                .is_some_and(|d| d.ends_with("; by token:api_token")),
+            "{backend:?}: {last}"
+        );
+        assert!(
+            run["audit"]["ending"]["detail"]
+                .as_str()
+                .is_some_and(|d| d.ends_with("; by token:api_token")),
+            "{backend:?}: {}",
+            run["audit"]
+        );
         daemon.stop();
         db.drop_database().await;
     }

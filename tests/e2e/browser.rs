@@ -105,6 +105,26 @@ fn screenshots() -> PathBuf {
     dir
 }
 
+/// Every table of the page fits its box: none scrolls sideways inside it.
+async fn assert_tables_fit(browser: &Client, width: &str) {
+    let sideways = browser
+        .execute(
+            "return Array.from(document.querySelectorAll('.table-wrap'), w => w.scrollWidth - w.clientWidth);",
+            vec![],
+        )
+        .await
+        .expect("measure");
+    let sideways: Vec<i64> = sideways
+        .as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_i64).collect())
+        .unwrap_or_default();
+    assert!(!sideways.is_empty(), "no table at {width}");
+    assert!(
+        sideways.iter().all(|s| *s <= 0),
+        "a table scrolls sideways at {width} by {sideways:?} px"
+    );
+}
+
 pub(super) async fn shoot(browser: &Client, name: &str) {
     let png = browser.screenshot().await.expect("screenshot");
     std::fs::write(screenshots().join(format!("{name}.png")), png).expect("save screenshot");
@@ -445,6 +465,9 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
         browser.goto(&url(&path)).await.expect("page");
         let body = text(&browser).await;
         assert!(!body.contains("could not be rendered"), "{path}: {body}");
+        if path == "/ui/sources" || path == "/ui/workflows" {
+            assert_tables_fit(&browser, "1280 px").await;
+        }
         shoot(&browser, name).await;
     }
     browser
@@ -474,6 +497,9 @@ async fn an_operator_finds_why_a_ticket_did_not_run_and_frees_it() {
             overflow.as_i64().unwrap_or(0) <= 0,
             "{path} overflows 800 px by {overflow}px"
         );
+        if path == "/ui/sources" || path == "/ui/workflows" {
+            assert_tables_fit(&browser, "800 px").await;
+        }
         shoot(&browser, name).await;
     }
     browser

@@ -2,7 +2,7 @@
 //! (reason column, times to the millisecond, prefix and payload searches, no `duplicate`
 //! option), watches (the chart and its counts, per-item charts, a refresh toggle that keeps
 //! the filters) and acts (re-admit one delivery or a filtered set after a confirmation, linked
-//! both ways; finish and cancel confirmed and recorded with the token's name); Sources (secret,
+//! both ways; finish, cancel and redispatch recorded with the token's name); Sources (secret,
 //! counts, a signed test event through the real endpoint that starts no run).
 
 use std::time::{Duration, Instant};
@@ -456,6 +456,91 @@ async fn an_operator_re_admits_a_delivery_and_a_set_after_confirming_and_each_ac
     }
 }
 
+/// A pull workflow whose one attempt dead-letters its run when the claim is released.
+const FRAGILE: &str = r#"
+[[workflow]]
+id = "fragile"
+tenant = "acme"
+status = "live"
+run_as = "acme-agent"
+budgets = { max_attempts = 1 }
+triggers = [ { channel = "webhook", event_type = "ticket.fragile", priority = 1 } ]
+"#;
+
+#[tokio::test]
+async fn an_operator_redispatches_a_dead_lettered_run_and_the_history_and_audit_name_the_token() {
+    for db in TestDb::all().await {
+        let backend = db.backend;
+        let text = config(&db, &format!("{TOKENS}\n{FRAGILE}"));
+        let daemon = Daemon::start(&db, &text, &TOKEN_ENV).await;
+        let answer = event(
+            &daemon,
+            &unique("f"),
+            "ticket.fragile",
+            &unique("TCK"),
+            json!({}),
+        )
+        .await;
+        let id = run_id(&answer);
+        let claims = daemon.claim(&["fragile"], 1).await;
+        assert_eq!(claims.len(), 1, "{backend:?}: {claims:?}");
+        let token = claims[0]["token"].as_str().expect("token").to_owned();
+        let (status, released) = daemon
+            .post(&format!("/v1/claims/{token}/release"), &json!({}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{released}");
+        // Its one attempt spent: the next claim dead-letters it instead of handing it out.
+        assert!(
+            daemon.claim(&["fragile"], 1).await.is_empty(),
+            "{backend:?}"
+        );
+        assert_eq!(
+            daemon.get(&format!("/v1/runs/{id}")).await["status"],
+            "dead_lettered",
+            "{backend:?}"
+        );
+
+        let ui = Console::login(&daemon, "root-token-secret").await;
+        // Dead-lettered: nothing of it is pending.
+        let workflows = ui.page("/ui/workflows").await;
+        assert!(
+            workflows.contains("none pending"),
+            "{backend:?}: {workflows}"
+        );
+        let page = ui.page(&format!("/ui/runs/{id}")).await;
+        assert!(page.contains("Redispatch"), "{backend:?}: {page}");
+        let (status, location) = ui
+            .post(
+                &format!("/ui/runs/{id}/redispatch"),
+                &[("csrf", &csrf_of(&page))],
+            )
+            .await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{backend:?}: {location}");
+        let page = ui.page(&format!("/ui/runs/{id}")).await;
+        assert!(
+            page.contains("redispatched") && page.contains("by token:root"),
+            "{backend:?}: {page}"
+        );
+        let run = daemon.get(&format!("/v1/runs/{id}")).await;
+        assert_eq!(run["status"], "queued", "{backend:?}: {run}");
+        // Its pending dispatch waits for a pull worker: the Workflows page shows the lag.
+        let workflows = ui.page("/ui/workflows").await;
+        assert!(
+            workflows.contains("Dispatch lag") && workflows.contains("oldest pending since"),
+            "{backend:?}: {workflows}"
+        );
+        let ending = &run["audit"]["ending"];
+        assert_eq!(ending["cause"], "redispatched", "{backend:?}: {ending}");
+        assert!(
+            ending["detail"]
+                .as_str()
+                .is_some_and(|d| d.ends_with("; by token:root")),
+            "{backend:?}: {ending}"
+        );
+        daemon.stop();
+    }
+}
+
 #[tokio::test]
 async fn sources_show_their_secret_and_send_a_signed_test_event_that_starts_no_run() {
     for db in TestDb::all().await {
@@ -527,6 +612,150 @@ async fn sources_show_their_secret_and_send_a_signed_test_event_that_starts_no_r
             1,
             "nothing more recorded"
         );
+        daemon.stop();
+    }
+}
+
+/// A Slack app, a CloudEvents publisher and a GitHub-style JSON webhook, each signed, beside a
+/// CloudEvents publisher without a key and a JSON webhook whose event type is fixed (neither
+/// can send a test event), with workflows on their channels.
+const SIGNED_SOURCES: &str = r#"
+[[source]]
+kind = "slack"
+name = "acme-slack"
+signing_secret_env = "SLACK_SIGNING_SECRET"
+teams = { T0GLOBEX = "globex", T0ACME = "acme" }
+
+[[source]]
+kind = "cloudevents"
+name = "publisher"
+tenant = "acme"
+signing_secret_env = "PUBLISHER_SECRET"
+
+[[source]]
+kind = "cloudevents"
+name = "keyless"
+tenant = "acme"
+
+[[source]]
+kind = "json_webhook"
+name = "gh"
+tenant = "acme"
+verify = { preset = "github", secret_env = "GH_SECRET" }
+event_type = "github.{header:X-GitHub-Event}.{/action}"
+target_entity_id = "{/issue/number}"
+delivery_id = "{header:X-GitHub-Delivery}"
+
+[[source]]
+kind = "json_webhook"
+name = "fixed"
+tenant = "acme"
+verify = { preset = "bearer", secret_env = "GH_SECRET" }
+event_type = "ticket.created"
+target_entity_id = "/id"
+
+[[workflow]]
+id = "chat-everything"
+tenant = "acme"
+status = "live"
+run_as = "acme-agent"
+triggers = [ { channel = "chat", event_type = "message", priority = 5 }, { channel = "chat", event_type = "app_mention", priority = 5 } ]
+"#;
+
+#[tokio::test]
+async fn slack_cloudevents_and_json_webhook_sources_send_signed_test_events_that_start_no_run() {
+    for db in TestDb::all().await {
+        let backend = db.backend;
+        let text = config(
+            &db,
+            &format!("{SIGNED_SOURCES}\n{TOKENS}\n{CONSOLE_WORKFLOWS}"),
+        );
+        let mut env = TOKEN_ENV.to_vec();
+        env.extend([
+            ("SLACK_SIGNING_SECRET", "8f742231b10e8888abcd99yyyzzz85a5"),
+            ("PUBLISHER_SECRET", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"),
+            ("GH_SECRET", "It's a Secret to Everybody"),
+        ]);
+        let daemon = Daemon::start(&db, &text, &env).await;
+        let ui = Console::login(&daemon, "root-token-secret").await;
+        let sources = ui.page("/ui/sources").await;
+        for (name, testable) in [
+            ("acme-slack", true),
+            ("publisher", true),
+            ("gh", true),
+            ("keyless", false),
+            ("fixed", false),
+        ] {
+            assert_eq!(
+                sources.contains(&format!("/ui/sources/{name}/test\"")),
+                testable,
+                "{backend:?}: {name}'s test button"
+            );
+        }
+        let runs_before = daemon.runs("").await.len();
+        for (name, outcome, detail) in [
+            (
+                "acme-slack",
+                "ineligible",
+                "unsupported_event_type:switchyard_test",
+            ),
+            ("publisher", "no_trigger_match", "switchyard_test"),
+            (
+                "gh",
+                "no_trigger_match",
+                "github.switchyard_test.switchyard_test",
+            ),
+        ] {
+            let (status, location) = ui
+                .post(
+                    &format!("/ui/sources/{name}/test"),
+                    &[("csrf", &csrf_of(&sources))],
+                )
+                .await;
+            assert_eq!(
+                status,
+                StatusCode::SEE_OTHER,
+                "{backend:?}: {name}: {location}"
+            );
+            let delivery = ui.page(&location).await;
+            assert!(
+                delivery.contains(outcome) && delivery.contains(detail),
+                "{backend:?}: {name}: {delivery}"
+            );
+            // Recorded like any delivery of the source, through its signed endpoint.
+            let rows = daemon.intake(&format!("source={name}")).await;
+            assert_eq!(rows.len(), 1, "{backend:?}: {name}: {rows:?}");
+            assert_eq!(rows[0]["outcome"], outcome, "{backend:?}: {name}");
+        }
+        // Each is the console's own delivery, not a sender's.
+        for name in ["acme-slack", "publisher", "gh"] {
+            let rows = daemon.intake(&format!("source={name}")).await;
+            let delivery_id = rows[0]["delivery_id"].as_str().unwrap_or_default();
+            assert!(
+                delivery_id.contains("switchyard-test-"),
+                "{backend:?}: {name}: {delivery_id}"
+            );
+        }
+        assert_eq!(
+            daemon.runs("").await.len(),
+            runs_before,
+            "{backend:?}: no run started"
+        );
+        // The kinds it cannot sign for say why, and record nothing.
+        for (name, why) in [
+            ("keyless", "no signing key"),
+            ("fixed", "always `ticket.created`"),
+        ] {
+            let (status, body) = ui
+                .post(
+                    &format!("/ui/sources/{name}/test"),
+                    &[("csrf", &csrf_of(&sources))],
+                )
+                .await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{backend:?}: {name}");
+            assert!(body.contains(why), "{backend:?}: {name}: {body}");
+            assert!(daemon.intake(&format!("source={name}")).await.is_empty());
+        }
         daemon.stop();
     }
 }

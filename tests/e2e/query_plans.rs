@@ -337,3 +337,20 @@ async fn ledger_prefix_searches_read_their_indexes() {
         );
     }
 }
+
+/// The Workflows page's dispatch lag reads each workflow's earliest-due pending dispatch
+/// through `dispatches_workflow_due` (m0021) on SQLite and PostgreSQL, not the backlog.
+#[tokio::test]
+async fn a_workflows_dispatch_lag_reads_its_index() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some((_test_db, db)) = migrated(backend).await else {
+            continue;
+        };
+        let statement = outbox::lag::head_select("triage").build(db.get_database_backend());
+        let plan = plan(&db, statement).await;
+        assert!(
+            plan.contains("dispatches_workflow_due"),
+            "{backend:?}: dispatches_workflow_due in\n{plan}"
+        );
+    }
+}

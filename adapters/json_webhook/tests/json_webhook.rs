@@ -718,3 +718,52 @@ payload = "/data/item""#,
         insta::assert_json_snapshot!(file, mapped.event.payload);
     }
 }
+
+/// What `Verifier::sign` writes, every preset's `verify` accepts (and not under another secret).
+#[test]
+fn every_preset_verifies_what_sign_writes() {
+    let whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    for (table, secret) in [
+        (
+            "preset = \"github\"\nsecret_env = \"S\"",
+            "It's a Secret to Everybody",
+        ),
+        ("preset = \"stripe\"\nsecret_env = \"S\"", "whsec_stripe"),
+        ("preset = \"shopify\"\nsecret_env = \"S\"", "shopify-secret"),
+        (
+            "preset = \"intercom\"\nsecret_env = \"S\"",
+            "intercom-secret",
+        ),
+        ("preset = \"standard_webhooks\"\nsecret_env = \"S\"", whsec),
+        (
+            "preset = \"hmac_sha256\"\nsecret_env = \"S\"\nheader = \"X-Sig\"\nprefix = \"v=\"\nencoding = \"base64\"",
+            "generic",
+        ),
+        (
+            "preset = \"hmac_sha1\"\nsecret_env = \"S\"\nheader = \"X-Sig\"",
+            "generic-1",
+        ),
+        ("preset = \"bearer\"\nsecret_env = \"S\"", "a-bearer-token"),
+        (
+            "preset = \"basic\"\nsecret_env = \"S\"\nusername = \"hook\"",
+            "a-password",
+        ),
+    ] {
+        let config = verify_config(table);
+        let body = br#"{"type":"switchyard_test"}"#;
+        let verifier = config.verifier(vec![secret.to_owned()]).expect("usable");
+        let signed = verifier.sign(body, "msg_test", NOW);
+        assert!(!signed.is_empty(), "{table}");
+        let headers: Vec<(&str, String)> = signed
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        check(&config, &[secret], &headers, body).unwrap_or_else(|e| panic!("{table}: {e}"));
+        let other = if secret == whsec {
+            "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+        } else {
+            "another-secret"
+        };
+        assert!(check(&config, &[other], &headers, body).is_err(), "{table}");
+    }
+}

@@ -18,6 +18,7 @@
 pub(crate) mod apply;
 pub(crate) mod claim;
 pub(crate) mod keep_alive;
+pub mod lag;
 pub mod machine;
 mod operations;
 mod pull;
@@ -30,6 +31,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait
 
 pub use claim::{ClaimedRun, PULL_CLAIMANT, PullClaim, PullTarget, claim_pull, claim_push, due};
 pub use keep_alive::{KEEP_ALIVE_WINDOW_MS, keep_alive};
+pub use lag::PendingHead;
 pub use pull::{ClaimError, extend_claim, release_claim};
 pub use read::{pending_by_target, trail};
 pub use record::{Recorded, Verdict, attempt_words, record};

@@ -131,9 +131,15 @@ impl Store {
 
     /// Starts a new attempt series for the dead-lettered run `run_id` under the same dispatch
     /// id, after retaking its entity lease with a larger fencing token; `EntityLocked` while
-    /// another active run holds the entity.
-    pub async fn redispatch(&self, run_id: &str, now: Millis) -> Result<Redispatched, RunError> {
-        super::redispatch(self.db(), run_id, now).await
+    /// another active run holds the entity. The `redispatched` history entry names `actor`
+    /// (`token:<name>`, who asked), so the run's audit says who did it.
+    pub async fn redispatch(
+        &self,
+        run_id: &str,
+        actor: Option<&str>,
+        now: Millis,
+    ) -> Result<Redispatched, RunError> {
+        super::redispatch(self.db(), run_id, actor, now).await
     }
 
     /// A run's latest dispatch, its attempts and its history (from `routed`), oldest first.
@@ -154,6 +160,15 @@ impl Store {
     /// Pending dispatches per target: `(target, count, oldest created_at)`.
     pub async fn pending_by_target(&self) -> Result<Vec<(String, i64, i64)>, DbErr> {
         super::pending_by_target(self.db()).await
+    }
+
+    /// The earliest-due pending dispatch of each workflow of `workflow_ids` that has one (its
+    /// dispatch lag), one index seek per workflow (`dispatches_workflow_due`).
+    pub async fn pending_heads(
+        &self,
+        workflow_ids: &[&str],
+    ) -> Result<HashMap<String, super::PendingHead>, DbErr> {
+        super::lag::pending_heads(self.db(), workflow_ids).await
     }
 
     /// The slots each workflow of `capped` has free under its `max_running` at `now`.

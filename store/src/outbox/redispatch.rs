@@ -28,10 +28,12 @@ pub enum Redispatched {
 }
 
 /// Starts a new attempt series for a dead-lettered run, under the same dispatch id, after
-/// re-taking its entity lease (with a new fencing token).
+/// re-taking its entity lease (with a new fencing token); its history names `actor`
+/// (`token:<name>`, the operator who asked).
 pub async fn redispatch(
     db: &DatabaseConnection,
     run_id: &str,
+    actor: Option<&str>,
     now: Millis,
 ) -> Result<Redispatched, RunError> {
     let txn = begin_write(db).await?;
@@ -59,7 +61,7 @@ pub async fn redispatch(
     let stored = crate::leases::lock_leases(&txn, std::slice::from_ref(&key))
         .await?
         .pop();
-    match machine::redispatch(&run, &dispatch, stored.as_ref(), now) {
+    match machine::redispatch(&run, &dispatch, stored.as_ref(), actor, now) {
         RedispatchStep::EntityLocked { held_by_run_id } => {
             Ok(Redispatched::EntityLocked { held_by_run_id })
         }

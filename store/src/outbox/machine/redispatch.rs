@@ -27,11 +27,13 @@ pub enum RedispatchStep {
 }
 
 /// A new attempt series for the dead-lettered `run` (both read under lock), under the same
-/// dispatch id, after retaking its entity lease over `stored` with the next fencing token.
+/// dispatch id, after retaking its entity lease over `stored` with the next fencing token. The
+/// history names who asked (`actor`, `token:<name>`), as a finish or cancel does.
 pub fn redispatch(
     run: &run::Model,
     dispatch: &dispatch::Model,
     stored: Option<&entity_lock::Model>,
+    actor: Option<&str>,
     now: Millis,
 ) -> RedispatchStep {
     let lease = match entity_lock::Model::retaken(stored, run, now) {
@@ -64,10 +66,16 @@ pub fn redispatch(
         &run.id,
         RunStatus::Queued,
         "redispatched",
-        format!(
-            "series {series} of dispatch {} with fencing token {token}",
-            dispatch.id
-        ),
+        match actor {
+            Some(actor) => format!(
+                "series {series} of dispatch {} with fencing token {token}; by {actor}",
+                dispatch.id
+            ),
+            None => format!(
+                "series {series} of dispatch {} with fencing token {token}",
+                dispatch.id
+            ),
+        },
         now,
     )];
     let mut run = run.clone();

@@ -490,7 +490,8 @@ fn a_redispatch_retakes_the_lease_and_starts_a_new_series() {
         run_id: None,
         ..lease("run-1", 7, NOW - 10)
     };
-    let RedispatchStep::Queued { change, run } = redispatch(&dead, &dispatch, Some(&released), NOW)
+    let RedispatchStep::Queued { change, run } =
+        redispatch(&dead, &dispatch, Some(&released), Some("token:ops"), NOW)
     else {
         panic!("not queued");
     };
@@ -532,6 +533,11 @@ fn a_redispatch_retakes_the_lease_and_starts_a_new_series() {
         [("redispatched", RunStatus::Queued)]
     );
     assert_eq!(
+        change.history[0].detail.as_deref(),
+        Some("series 2 of dispatch dispatch-1 with fencing token 8; by token:ops"),
+        "the history names who asked"
+    );
+    assert_eq!(
         (
             run.status,
             run.fencing_token,
@@ -542,7 +548,8 @@ fn a_redispatch_retakes_the_lease_and_starts_a_new_series() {
     );
 
     // No lease row yet: created, with the first token.
-    let RedispatchStep::Queued { change, .. } = redispatch(&dead, &dispatch, None, NOW) else {
+    let RedispatchStep::Queued { change, .. } = redispatch(&dead, &dispatch, None, None, NOW)
+    else {
         panic!("not queued");
     };
     assert!(matches!(
@@ -553,13 +560,13 @@ fn a_redispatch_retakes_the_lease_and_starts_a_new_series() {
     // Another run holds the entity: refused.
     let other = lease("run-2", 9, NOW + 1);
     assert!(matches!(
-        redispatch(&dead, &dispatch, Some(&other), NOW),
+        redispatch(&dead, &dispatch, Some(&other), None, NOW),
         RedispatchStep::EntityLocked { held_by_run_id } if held_by_run_id == "run-2"
     ));
     // Its lease ran out: taken over.
     let expired = lease("run-2", 9, NOW);
     assert!(matches!(
-        redispatch(&dead, &dispatch, Some(&expired), NOW),
+        redispatch(&dead, &dispatch, Some(&expired), None, NOW),
         RedispatchStep::Queued { .. }
     ));
 }

@@ -343,7 +343,7 @@ fn scenario() -> (Vec<Row>, Vec<Change>) {
         });
         rows.push((r.clone(), d.clone(), stored.clone()));
         let RedispatchStep::Queued { change, .. } =
-            machine::redispatch(&r, &d, stored.as_ref(), NOW)
+            machine::redispatch(&r, &d, stored.as_ref(), None, NOW)
         else {
             panic!("not redispatched");
         };

@@ -45,8 +45,10 @@ async fn a_redispatch_keeps_the_id_starts_a_new_series_and_retakes_the_lease() {
         let now = start();
         let r = dead_lettered(store, 1, now).await;
         let at = now + 20;
-        let Redispatched::Queued { run, dispatch_id } =
-            store.redispatch(&r.run.id, at).await.expect("redispatch")
+        let Redispatched::Queued { run, dispatch_id } = store
+            .redispatch(&r.run.id, Some("token:ops"), at)
+            .await
+            .expect("redispatch")
         else {
             panic!("{:?}: entity locked", test.backend);
         };
@@ -76,6 +78,16 @@ async fn a_redispatch_keeps_the_id_starts_a_new_series_and_retakes_the_lease() {
                 ("redispatched", RunStatus::Queued)
             ])
         );
+        let detail = history_rows(store, &r.run.id)
+            .await
+            .pop()
+            .and_then(|h| h.detail)
+            .unwrap_or_default();
+        assert!(
+            detail.ends_with("; by token:ops"),
+            "{:?}: the history names who redispatched: {detail}",
+            test.backend
+        );
         let again = store
             .claim_push(HOOK, "replica-a", 1, at, at + 30_000, &[])
             .await
@@ -104,7 +116,7 @@ async fn a_redispatch_answers_entity_locked_while_another_run_holds_the_entity()
             .await
             .expect("take over");
         let answer = store
-            .redispatch(&r.run.id, now + 20)
+            .redispatch(&r.run.id, None, now + 20)
             .await
             .expect("redispatch");
         assert_eq!(
@@ -124,14 +136,14 @@ async fn a_redispatch_answers_entity_locked_while_another_run_holds_the_entity()
 
         let active = routed(store, 2, WORKFLOW, HOOK, now).await;
         assert!(matches!(
-            store.redispatch(&active.run.id, now + 20).await,
+            store.redispatch(&active.run.id, None, now + 20).await,
             Err(RunError::NotDeadLettered {
                 status: RunStatus::Queued,
                 ..
             })
         ));
         assert!(matches!(
-            store.redispatch("run-none", now).await,
+            store.redispatch("run-none", None, now).await,
             Err(RunError::NotFound(_))
         ));
     }
@@ -366,5 +378,42 @@ async fn pending_counts_and_a_runs_trail() {
             test.backend
         );
         assert_eq!(history[0].at, run.created_at);
+    }
+}
+
+/// Dispatch lag: each workflow's earliest-due pending dispatch, by index; a claimed one is
+/// due again only when its claim lapses, a workflow with nothing pending has none.
+#[tokio::test]
+async fn pending_heads_name_each_workflows_earliest_due_pending_dispatch() {
+    for test in TestStore::all().await {
+        let store = &test.store;
+        let backend = test.backend;
+        let now = start();
+        let first = routed(store, 1, WORKFLOW, HOOK, now).await;
+        routed(store, 2, WORKFLOW, HOOK, now + 100).await;
+        routed(store, 3, "tagging", PULL, now + 50).await;
+        let heads = store
+            .pending_heads(&[WORKFLOW, "tagging", "idle"])
+            .await
+            .expect("heads");
+        assert_eq!(heads.len(), 2, "{backend:?}: {heads:?}");
+        assert_eq!(
+            (heads[WORKFLOW].due_at, heads[WORKFLOW].created_at),
+            (first.dispatch.due_at, first.dispatch.created_at),
+            "{backend:?}"
+        );
+        assert_eq!(heads[WORKFLOW].lag(first.dispatch.due_at + 1_000), 1_000);
+        assert_eq!(heads[WORKFLOW].lag(first.dispatch.due_at - 1_000), 0);
+        assert_eq!(heads["tagging"].due_at, now + 50, "{backend:?}");
+
+        // Claimed: due again only when the claim lapses, so the next one heads the queue.
+        let claimed = store
+            .claim_push(HOOK, "replica-a", 1, now + 200, now + 30_000, &[])
+            .await
+            .expect("claim");
+        assert_eq!(claimed[0].dispatch.id, first.dispatch.id, "{backend:?}");
+        let heads = store.pending_heads(&[WORKFLOW]).await.expect("heads");
+        assert_eq!(heads[WORKFLOW].due_at, now + 100, "{backend:?}: {heads:?}");
+        assert!(store.pending_heads(&[]).await.expect("none").is_empty());
     }
 }
