@@ -10,7 +10,8 @@
 #
 # Usage: bench/scripts/million_rows.sh [N] [sqlite|postgres]   (default 1000000 sqlite)
 # Needs: a built daemon ($SWITCHYARD, default target/release/switchyard), sqlite3 or psql
-# (PostgreSQL at $PG_URL, default postgres://postgres@127.0.0.1/test: its tables are replaced),
+# (PostgreSQL: the database switchyard_million on $PG_SERVER, default
+# postgres://postgres@127.0.0.1, created if missing and emptied),
 # curl, python3. Work files go to $WORK (default a temporary directory).
 set -euo pipefail
 
@@ -18,7 +19,8 @@ N=${1:-1000000}
 BACKEND=${2:-sqlite}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SWITCHYARD=${SWITCHYARD:-$ROOT/target/release/switchyard}
-PG_URL=${PG_URL:-postgres://postgres@127.0.0.1/test}
+PG_SERVER=${PG_SERVER:-postgres://postgres@127.0.0.1}
+PG_URL=$PG_SERVER/switchyard_million
 WORK=${WORK:-$(mktemp -d)}
 PORT=${PORT:-18439}
 TOKEN=million-rows-bench-token-0123456789
@@ -35,7 +37,8 @@ sed -e "s#^url = .*#url = \"$URL\"#" -e "s#^listen = .*#listen = \"127.0.0.1:$PO
     "$ROOT/examples/switchyard.toml" > "$WORK/million.toml"
 
 if [ "$BACKEND" = postgres ]; then
-    psql -q "$PG_URL" -c "DROP SCHEMA public CASCADE; CREATE SCHEMA public;"
+    psql -q "$PG_SERVER/postgres" -c "DROP DATABASE IF EXISTS switchyard_million" \
+        -c "CREATE DATABASE switchyard_million"
 fi
 "$SWITCHYARD" migrate --config "$WORK/million.toml" > "$WORK/migrate.log" 2>&1
 
