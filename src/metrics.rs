@@ -290,13 +290,13 @@ impl Metrics {
         let pending_dispatches = Family::<TargetLabel, Gauge>::default();
         registry.register(
             "pending_dispatches",
-            "Runs waiting for delivery, by target",
+            "Runs waiting for delivery, by target (counted up to 10000: 10000 means at least that many)",
             pending_dispatches.clone(),
         );
         let oldest_pending_seconds = Family::<TargetLabel, Gauge>::default();
         registry.register_with_unit(
             "oldest_pending_dispatch_age",
-            "Age of the oldest run waiting for delivery, by target",
+            "Age of the pending dispatch due first (the oldest unless retried), by target",
             Unit::Seconds,
             oldest_pending_seconds.clone(),
         );

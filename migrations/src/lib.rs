@@ -20,6 +20,7 @@ mod m0015_mailbox_oauth;
 mod m0016_slack;
 mod m0017_alert_observations;
 mod m0019_intake_entity;
+mod m0020_operator_indexes;
 mod m0021_dispatch_workflow_lag;
 
 pub use m0001_initial::KEY_LEN;
@@ -48,6 +49,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0016_slack::Migration),
             Box::new(m0017_alert_observations::Migration),
             Box::new(m0019_intake_entity::Migration),
+            Box::new(m0020_operator_indexes::Migration),
             Box::new(m0021_dispatch_workflow_lag::Migration),
         ]
     }

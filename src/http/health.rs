@@ -6,9 +6,10 @@
 //! target (last success, consecutive failures, pending runs and the age of the oldest) and the
 //! degraded workflows, whose names and errors are not for anyone who can reach the port. A
 //! struggling worker never makes intake unready: the outbox holds its runs, and refusing
-//! deliveries would only lose them upstream. The pending counts read every pending dispatch,
-//! so `/readyz` reads them at most once per [`PENDING_FRESH`] however often it is polled
-//! ([`PendingCache`]).
+//! deliveries would only lose them upstream. The pending figures are bounded probes (at most
+//! `PENDING_COUNT_CAP` index entries per target and the first row of `dispatches_due`, never a
+//! count of the backlog), and `/readyz` reads them at most once per [`PENDING_FRESH`] however
+//! often it is polled ([`PendingCache`]).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -25,25 +26,27 @@ use crate::config::Scope;
 /// How long `/readyz` answers with the pending counts it last read.
 pub const PENDING_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Pending dispatches per target (target, count, oldest creation) as last read, and when:
-/// counting reads every pending row (O(backlog)), and `/readyz` is polled often (load
-/// balancers; the bench every 100 ms, which slowed a drain behind 180,000 pending runs to
-/// 500-700 runs/s). Concurrent pollers wait for one read.
+/// Pending dispatches per target as last read, and when: `/readyz` is polled often (load
+/// balancers; the bench every 100 ms, which once slowed a drain behind 180,000 pending runs to
+/// 500-700 runs/s when each poll counted every pending row). Concurrent pollers wait for one
+/// read.
 #[derive(Debug, Default)]
 pub struct PendingCache(tokio::sync::Mutex<Option<(std::time::Instant, Pending)>>);
 
-/// `(target, pending dispatches, oldest creation)` per target.
-type Pending = Vec<(String, i64, i64)>;
+/// Each configured target's bounded backlog figure.
+type Pending = Vec<switchyard_store::outbox::PendingFigure>;
 
 impl PendingCache {
-    async fn get(&self, store: &switchyard_store::Store) -> Pending {
+    async fn get(&self, store: &switchyard_store::Store, targets: &[&str]) -> Pending {
         let mut cached = self.0.lock().await;
         if let Some((at, pending)) = cached.as_ref()
             && at.elapsed() < PENDING_FRESH
+            && pending.len() == targets.len()
+            && pending.iter().zip(targets).all(|(p, t)| p.target == *t)
         {
             return pending.clone();
         }
-        match store.pending_by_target().await {
+        match store.pending_of_targets(targets).await {
             Ok(pending) => {
                 *cached = Some((std::time::Instant::now(), pending.clone()));
                 pending
@@ -185,22 +188,24 @@ fn notifiers(state: &AppState) -> Value {
 /// Each target in force with its delivery health and outbox backlog.
 async fn targets(state: &AppState) -> Value {
     let now = now_millis();
-    let pending = state.pending.get(&state.store).await;
-    let healths = state.targets.snapshot();
     let live = state.live.current();
+    let names: Vec<&str> = live.settings.targets.iter().map(|t| t.name()).collect();
+    let pending = state.pending.get(&state.store, &names).await;
+    let healths = state.targets.snapshot();
     let mut targets = serde_json::Map::new();
     for target in &live.settings.targets {
         let name = target.name();
-        let (count, oldest) = pending
+        let (count, capped, oldest) = pending
             .iter()
-            .find(|(t, _, _)| t == name)
-            .map_or((0, None), |(_, count, oldest)| (*count, Some(*oldest)));
+            .find(|p| p.target == name)
+            .map_or((0, false, None), |p| (p.count, p.capped, p.oldest));
         let health = healths.get(name).cloned().unwrap_or_default();
         targets.insert(
             name.to_owned(),
             json!({
                 "kind": target.kind(),
                 "pending": count,
+                "pending_capped": capped,
                 "oldest_pending_age_secs": oldest.map(|at| (now - at).max(0) / 1000),
                 "last_success": health.last_success,
                 "last_failure": health.last_failure,

@@ -1,7 +1,9 @@
 //! `GET /metrics`: the Prometheus text exposition (OpenMetrics when the scraper asks for it,
 //! else the classic format), behind the API token. Values that live in
 //! the database or other components (pending dispatches and their age, writer queues, mailbox
-//! pollers, the config revision) are read at scrape time.
+//! pollers, the config revision) are read at scrape time; the pending figures by bounded probes
+//! (`switchyard_store::outbox::pending_of_targets`: counted up to 10,000 per target, the age from
+//! the first row of `dispatches_due`), so a scrape costs the same at any backlog.
 
 use axum::Router;
 use axum::extract::State;
@@ -47,15 +49,17 @@ async fn scrape(
     let metrics = metrics();
     let now = now_millis();
     let live = state.live.current();
-    let pending = state.store.pending_by_target().await?;
+    // Bounded probes: at most `PENDING_COUNT_CAP` per target, never a count of the backlog.
+    let names: Vec<&str> = live.settings.targets.iter().map(|t| t.name()).collect();
+    let pending = state.store.pending_of_targets(&names).await?;
     for target in &live.settings.targets {
         let label = TargetLabel {
             target: target.name().to_owned(),
         };
         let (count, oldest) = pending
             .iter()
-            .find(|(name, _, _)| name == target.name())
-            .map_or((0, now), |(_, count, oldest)| (*count, *oldest));
+            .find(|p| p.target == target.name())
+            .map_or((0, now), |p| (p.count, p.oldest.unwrap_or(now)));
         metrics.pending_dispatches.get_or_create(&label).set(count);
         metrics
             .oldest_pending_seconds

@@ -46,6 +46,10 @@ mod sqlite;
 pub use connect::{connect, migrate, ping};
 pub use handle::Store;
 pub use leases::ACTIVE;
+/// The PostgreSQL intake writer's per-key lookup (stored answers, message claims, leases), for
+/// the query-plan test that checks its generic plan still probes by key after an index is added.
+#[doc(hidden)]
+pub use postgres::INTAKE_LOOK_UP;
 /// The error every operation returns.
 pub use sea_orm::DbErr;
 

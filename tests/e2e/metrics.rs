@@ -357,3 +357,46 @@ async fn metrics_name_sources_and_workflows_count_claims_and_show_a_refused_relo
     );
     daemon.stop();
 }
+
+/// `/metrics` and `/readyz` show a target's backlog exactly below the probe's cap (the figures
+/// are bounded reads of `dispatches_due`, not counts of the backlog, so they must still be
+/// right): N routed runs nobody claimed are N pending, with an age, on SQLite and PostgreSQL.
+#[tokio::test]
+async fn pending_figures_count_every_pending_dispatch_below_the_cap() {
+    const N: usize = 25;
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(db) = TestDb::create(backend).await else {
+            continue;
+        };
+        let daemon = Daemon::start(&db, &config(&db, WORKED_EXAMPLE), &[]).await;
+        for i in 0..N {
+            let ticket = event("webhook", "ticket.created", "acme", &format!("TCK-P{i}"));
+            let (_, answer) = daemon.post_event(&format!("p{i}"), &ticket).await;
+            assert_eq!(answer["outcome"], "routed", "{backend:?}: {answer}");
+        }
+        let values = samples(&daemon.metrics().await);
+        assert_eq!(
+            values.get(r#"switchyard_pending_dispatches{target="pull"}"#),
+            Some(&(N as f64)),
+            "{backend:?}"
+        );
+        // `/readyz` keeps its figures for a second: wait for one read after the deliveries.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let ready = daemon.get("/readyz").await;
+            let pull = &ready["targets"]["pull"];
+            if pull["pending"] == json!(N) {
+                assert_eq!(pull["pending_capped"], json!(false), "{ready}");
+                assert!(pull["oldest_pending_age_secs"].is_u64(), "{ready}");
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{backend:?}: /readyz never showed {N} pending: {ready}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        drop(daemon);
+        db.drop_database().await;
+    }
+}

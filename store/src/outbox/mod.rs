@@ -33,7 +33,9 @@ pub use claim::{ClaimedRun, PULL_CLAIMANT, PullClaim, PullTarget, claim_pull, cl
 pub use keep_alive::{KEEP_ALIVE_WINDOW_MS, keep_alive};
 pub use lag::PendingHead;
 pub use pull::{ClaimError, extend_claim, release_claim};
-pub use read::{pending_by_target, trail};
+pub use read::{
+    PENDING_COUNT_CAP, PendingFigure, pending_by_target, pending_of_targets, pending_probe, trail,
+};
 pub use record::{Recorded, Verdict, attempt_words, record};
 pub use redispatch::{Redispatched, redispatch};
 

@@ -157,6 +157,14 @@ impl Store {
         super::trail(self.db(), run).await
     }
 
+    /// The backlog of each of `targets`, bounded (see [`super::pending_of_targets`]).
+    pub async fn pending_of_targets(
+        &self,
+        targets: &[&str],
+    ) -> Result<Vec<super::PendingFigure>, DbErr> {
+        super::pending_of_targets(self.db(), targets).await
+    }
+
     /// Pending dispatches per target: `(target, count, oldest created_at)`.
     pub async fn pending_by_target(&self) -> Result<Vec<(String, i64, i64)>, DbErr> {
         super::pending_by_target(self.db()).await

@@ -1,7 +1,10 @@
 //! Reads of the outbox: a run's trail (dispatch, attempts, history) and the pending counts per
 //! target that `/readyz`, the metrics and the console show.
 //!
-//! Invariant: reads only; each is one statement per table, bounded.
+//! Invariant: reads only; each is one statement per table, bounded. `/readyz` and `/metrics`
+//! read [`pending_of_targets`]: per target at most [`PENDING_COUNT_CAP`] entries of
+//! `dispatches_due` and its first row, so a probe costs the same at a backlog of ten or ten
+//! million (a `COUNT(*)` of every pending dispatch took 76 ms at 645,000 rows and grew with them).
 
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -59,7 +62,71 @@ pub async fn trail<C: ConnectionTrait>(
     Ok((dispatch, attempts, history))
 }
 
-/// Pending dispatches per target: `(target, count, oldest created_at)`.
+/// Where [`pending_of_targets`] stops counting: a figure of this many means at least this many.
+pub const PENDING_COUNT_CAP: i64 = 10_000;
+
+/// A target's backlog as a bounded probe sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingFigure {
+    pub target: String,
+    /// Pending dispatches, counted up to [`PENDING_COUNT_CAP`].
+    pub count: i64,
+    /// `count` reached the cap: there are at least that many.
+    pub capped: bool,
+    /// The creation time (epoch ms) of the pending dispatch due first (the first row of
+    /// `dispatches_due` for the target): the oldest one unless a retry pushed an older one's
+    /// due time back. `None` when nothing is pending.
+    pub oldest: Option<i64>,
+}
+
+/// The bounded probe of one target's backlog: a count of at most [`PENDING_COUNT_CAP`]
+/// entries of `dispatches_due (status, target, due_at)` and the creation time of its first
+/// row. Public so the query-plan tests can check that it reads no whole table.
+pub fn pending_probe(backend: sea_orm::DbBackend, target: &str) -> Statement {
+    let (first, second) = match backend {
+        sea_orm::DbBackend::Postgres => ("$1", "$2"),
+        _ => ("?", "?"),
+    };
+    Statement::from_sql_and_values(
+        backend,
+        format!(
+            "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM dispatches WHERE status = 'pending' \
+             AND target = {first} LIMIT {PENDING_COUNT_CAP}) AS p) AS pending, \
+             (SELECT created_at FROM dispatches WHERE status = 'pending' AND target = {second} \
+             ORDER BY due_at LIMIT 1) AS oldest"
+        ),
+        [target.into(), target.into()],
+    )
+}
+
+/// The backlog of each of `targets`, one bounded probe each ([`pending_probe`]).
+pub async fn pending_of_targets<C: ConnectionTrait>(
+    db: &C,
+    targets: &[&str],
+) -> Result<Vec<PendingFigure>, DbErr> {
+    let backend = db.get_database_backend();
+    let mut figures = Vec::with_capacity(targets.len());
+    for &target in targets {
+        let row = db.query_one_raw(pending_probe(backend, target)).await?;
+        let (count, oldest) = match row {
+            Some(row) => (
+                row.try_get::<i64>("", "pending")?,
+                row.try_get::<Option<i64>>("", "oldest")?,
+            ),
+            None => (0, None),
+        };
+        figures.push(PendingFigure {
+            target: target.to_owned(),
+            count,
+            capped: count >= PENDING_COUNT_CAP,
+            oldest,
+        });
+    }
+    Ok(figures)
+}
+
+/// Pending dispatches per target: `(target, count, oldest created_at)`, every pending row
+/// counted (the console's; `/readyz` and `/metrics` read [`pending_of_targets`]).
 pub async fn pending_by_target<C: ConnectionTrait>(
     db: &C,
 ) -> Result<Vec<(String, i64, i64)>, DbErr> {

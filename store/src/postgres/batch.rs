@@ -25,6 +25,7 @@
 //! [`Txn`]: writer::Txn
 
 mod lookup;
+pub use lookup::LOOK_UP;
 mod write;
 mod writer;
 

@@ -3,6 +3,7 @@
 //! arrays ([`batch`]).
 
 mod batch;
+pub use batch::LOOK_UP as INTAKE_LOOK_UP;
 mod flow;
 mod intake;
 mod ledger;

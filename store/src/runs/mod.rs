@@ -6,7 +6,8 @@
 mod reads;
 
 pub use reads::{
-    RunFilter, RunRecord, get, held_locks, held_locks_of, list, list_filtered, lock_of,
+    RunFilter, RunRecord, get, held_locks, held_locks_of, held_locks_select, list, list_filtered,
+    lock_of,
 };
 
 use sea_orm::{

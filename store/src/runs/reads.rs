@@ -96,6 +96,20 @@ pub async fn held_locks_of<C: ConnectionTrait>(
     now: Millis,
     limit: u64,
 ) -> Result<Vec<entity_lock::Model>, DbErr> {
+    match held_locks_select(tenants, now, limit) {
+        Some(query) => query.all(db).await,
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The statement behind [`held_locks_of`] (`None`: the tenant filter lets nothing through):
+/// in `entity_locks_held`'s order, so SQLite and PostgreSQL read the first held leases and
+/// stop. Public so the query-plan tests can check it.
+pub fn held_locks_select(
+    tenants: Option<&[String]>,
+    now: Millis,
+    limit: u64,
+) -> Option<sea_orm::Select<entity_lock::Entity>> {
     let mut query = entity_lock::Entity::find()
         .filter(entity_lock::Column::RunId.is_not_null())
         .filter(entity_lock::Column::ExpiresAt.gt(now))
@@ -104,12 +118,12 @@ pub async fn held_locks_of<C: ConnectionTrait>(
         .limit(limit);
     if let Some(tenants) = tenants {
         if tenants.is_empty() {
-            return Ok(Vec::new());
+            return None;
         }
         query =
             query.filter(entity_lock::Column::TenantId.is_in(tenants.iter().map(String::as_str)));
     }
-    query.all(db).await
+    Some(query)
 }
 
 /// The lease row of one entity, for dry runs and the admin API.

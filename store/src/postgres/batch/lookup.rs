@@ -16,7 +16,7 @@ use crate::intake::{Found, Keys, MessageKey, StoredAnswer};
 /// stored answer of each `(source, scope, delivery_id)` (`delivery` rows), of the routed row that
 /// claimed each `(source, message_key)` (`message`), and the lease row of each `(tenant_id,
 /// target_entity_id)` that has one (`lease`), row-locked until the commit.
-pub(super) const LOOK_UP: &str = "\
+pub const LOOK_UP: &str = "\
 WITH gates AS ( \
     SELECT g.name, g.tat_us FROM UNNEST($7::text[]) AS k(name) \
     CROSS JOIN LATERAL ( \

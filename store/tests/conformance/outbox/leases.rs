@@ -357,6 +357,26 @@ async fn pending_counts_and_a_runs_trail() {
             pending,
             [(HOOK.to_owned(), 3, now), (PULL.to_owned(), 1, now - 5)]
         );
+        // The bounded probe `/readyz` and `/metrics` read agrees below its cap, on every
+        // database, and names a target with nothing pending.
+        let figures = store
+            .pending_of_targets(&[HOOK, PULL, "idle"])
+            .await
+            .expect("pending figures");
+        let figures: Vec<_> = figures
+            .into_iter()
+            .map(|f| (f.target, f.count, f.capped, f.oldest))
+            .collect();
+        assert_eq!(
+            figures,
+            [
+                (HOOK.to_owned(), 3, false, Some(now)),
+                (PULL.to_owned(), 1, false, Some(now - 5)),
+                ("idle".to_owned(), 0, false, None),
+            ],
+            "{:?}",
+            test.backend
+        );
 
         let claim = store
             .claim_pull(&[pull_target(1_000, 5)], &[WORKFLOW.into()], 1, now, &[])
