@@ -58,7 +58,8 @@ struct LastDelivery {
 struct TargetRow {
     kind: String,
     name: String,
-    pending: i64,
+    /// Pending dispatches as the bounded probe counts them (`≥ 10000` past its cap).
+    pending: String,
     oldest: String,
     last_success: String,
     last_failure: String,
@@ -254,7 +255,15 @@ async fn page(
         .map(|w| live.target_of(&w.id))
         .collect();
     let limited = viewer.principal.tenants().is_some();
-    let pending = state.store.pending_by_target().await?;
+    let shown: Vec<&str> = live
+        .settings
+        .targets
+        .iter()
+        .map(|t| t.name())
+        .filter(|name| !limited || used.contains(name))
+        .collect();
+    // The bounded probe `/readyz` reads, never a count of the whole backlog.
+    let pending = state.store.pending_of_targets(&shown).await?;
     let healths = state.targets.snapshot();
     let now = now_millis();
     let targets = live
@@ -265,8 +274,15 @@ async fn page(
         .map(|t| {
             let (count, oldest) = pending
                 .iter()
-                .find(|(name, _, _)| name == t.name())
-                .map_or((0, None), |(_, count, oldest)| (*count, Some(*oldest)));
+                .find(|figure| figure.target == t.name())
+                .map_or((String::from("0"), None), |figure| {
+                    let count = if figure.capped {
+                        format!("≥ {}", figure.count)
+                    } else {
+                        figure.count.to_string()
+                    };
+                    (count, figure.oldest)
+                });
             let health = healths.get(t.name()).cloned().unwrap_or_default();
             TargetRow {
                 kind: t.kind().to_owned(),
