@@ -330,7 +330,9 @@ async fn a_stalled_log_reader_never_stops_intake() {
         .args(["serve", "--config"])
         .arg(&config_path)
         .env("SWITCHYARD_API_TOKEN", TOKEN)
-        .env("RUST_LOG", "info")
+        // Every decision logged (routine ones are at debug): the flood of lines that fills
+        // the stalled pipe.
+        .env("RUST_LOG", "info,switchyard::intake=debug")
         // A small queue, so the pipe and the queue fill within a few thousand deliveries.
         .env("SWITCHYARD_LOG_QUEUE_LINES", "1000")
         .stdin(Stdio::null())
