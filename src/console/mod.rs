@@ -11,6 +11,7 @@
 mod alerts;
 mod chart;
 mod deliveries;
+mod delivery;
 mod locks;
 mod readmit;
 mod replays;
@@ -163,6 +164,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/static/console.css", get(css))
         .merge(session::router())
         .merge(deliveries::router())
+        .merge(delivery::router())
         .merge(runs::router())
         .merge(locks::router())
         .merge(workflows::router())
