@@ -393,25 +393,12 @@ pub(crate) async fn submit_resume(
                     None => wake.runs_created(),
                 }
             }
-            let answer = &resolved.answer;
-            macro_rules! decided {
-                ($level:ident) => {
-                    tracing::$level!(
-                        outcome = %answer.outcome,
-                        source = %delivery.source,
-                        delivery_id = %delivery.delivery_id,
-                        run_id = answer.run_id.as_deref(),
-                        workflow_id = answer.workflow_id.as_deref(),
-                        detail = answer.detail.as_deref(),
-                        "intake decided"
-                    )
-                };
-            }
-            if crate::intake::logged_at_info(answer.outcome) {
-                decided!(info);
-            } else {
-                decided!(debug);
-            }
+            crate::intake::log_decision(
+                &resolved.answer,
+                &delivery.source,
+                &delivery.delivery_id,
+                delivery.body.event().map(|e| e.tenant_id.as_str()),
+            );
         }
         decided
     });

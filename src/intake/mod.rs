@@ -431,7 +431,7 @@ impl Intake {
 /// configured for the event, a coalesced or ineligible delivery, a resume) are logged at
 /// debug: the ledger records every decision (`GET /v1/intake`, the console), the log what
 /// needs a look, as dispatch logs delivered attempts at debug and failed ones at info.
-pub fn logged_at_info(outcome: Outcome) -> bool {
+fn logged_at_info(outcome: Outcome) -> bool {
     match outcome {
         Outcome::InvalidEvent
         | Outcome::UnauthorizedSource
@@ -468,26 +468,37 @@ impl LogFields {
     }
 
     fn log(&self, answer: &Answer) {
-        macro_rules! decided {
-            ($level:ident) => {
-                tracing::$level!(
-                    outcome = %answer.outcome,
-                    source = %self.source,
-                    delivery_id = %self.delivery_id,
-                    tenant_id = self.tenant_id.as_deref(),
-                    run_id = answer.run_id.as_deref(),
-                    workflow_id = answer.workflow_id.as_deref(),
-                    held_by_run_id = answer.held_by_run_id.as_deref(),
-                    detail = answer.detail.as_deref(),
-                    "intake decided"
-                )
-            };
-        }
-        if logged_at_info(answer.outcome) {
-            decided!(info);
-        } else {
-            decided!(debug);
-        }
+        log_decision(
+            answer,
+            &self.source,
+            &self.delivery_id,
+            self.tenant_id.as_deref(),
+        );
+    }
+}
+
+/// Logs one decided delivery (`intake decided`, target `switchyard::intake`): at info when
+/// [`logged_at_info`], else at debug. Every intake decision is logged here, resumes included.
+pub fn log_decision(answer: &Answer, source: &str, delivery_id: &str, tenant_id: Option<&str>) {
+    macro_rules! decided {
+        ($level:ident) => {
+            tracing::$level!(
+                outcome = %answer.outcome,
+                source = %source,
+                delivery_id = %delivery_id,
+                tenant_id,
+                run_id = answer.run_id.as_deref(),
+                workflow_id = answer.workflow_id.as_deref(),
+                held_by_run_id = answer.held_by_run_id.as_deref(),
+                detail = answer.detail.as_deref(),
+                "intake decided"
+            )
+        };
+    }
+    if logged_at_info(answer.outcome) {
+        decided!(info);
+    } else {
+        decided!(debug);
     }
 }
 
