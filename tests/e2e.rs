@@ -28,6 +28,7 @@ mod e2e {
     mod hardening;
     mod hostile;
     mod json_webhook;
+    mod key_indexes;
     mod leases;
     mod metrics;
     mod openapi;

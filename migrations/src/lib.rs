@@ -22,6 +22,7 @@ mod m0017_alert_observations;
 mod m0019_intake_entity;
 mod m0020_operator_indexes;
 mod m0021_dispatch_workflow_lag;
+mod m0022_partial_key_indexes;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -51,6 +52,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0019_intake_entity::Migration),
             Box::new(m0020_operator_indexes::Migration),
             Box::new(m0021_dispatch_workflow_lag::Migration),
+            Box::new(m0022_partial_key_indexes::Migration),
         ]
     }
 }

@@ -52,6 +52,10 @@ pub use leases::ACTIVE;
 pub use postgres::INTAKE_LOOK_UP;
 /// The error every operation returns.
 pub use sea_orm::DbErr;
+/// The SQLite intake writer's probe for a claimed message, for the query-plan test that checks
+/// it reads the partial `intake_message_key`.
+#[doc(hidden)]
+pub use sqlite::CLAIMED_MESSAGE as SQLITE_CLAIMED_MESSAGE;
 
 /// Milliseconds since the Unix epoch: how every time is stored.
 pub type Millis = i64;

@@ -20,7 +20,7 @@ use super::harness::{Backend, TestDb};
 /// that status.
 const STATUS_INDEXES: [&str; 4] = [
     "dispatches_due",
-    "dispatches_claim_token",
+    "dispatches_claim",
     "runs_status",
     "runs_deadline",
 ];
@@ -32,7 +32,7 @@ fn keys() -> Vec<String> {
         .collect()
 }
 
-async fn plan(db: &DatabaseConnection, statement: Statement) -> String {
+pub(super) async fn plan(db: &DatabaseConnection, statement: Statement) -> String {
     let backend = db.get_database_backend();
     let explain = match backend {
         DbBackend::Sqlite => "EXPLAIN QUERY PLAN",
@@ -67,7 +67,7 @@ fn status_index(plan: &str) -> Option<&'static str> {
 }
 
 /// A new database of `backend`, connected and migrated; `None` where the backend is skipped.
-async fn migrated(backend: Backend) -> Option<(TestDb, DatabaseConnection)> {
+pub(super) async fn migrated(backend: Backend) -> Option<(TestDb, DatabaseConnection)> {
     let test_db = TestDb::create(backend).await?;
     let db = Database::connect(&test_db.url).await.expect("connect");
     switchyard_migrations::Migrator::up(&db, None)
@@ -516,7 +516,7 @@ async fn the_intake_writers_generic_plan_keeps_its_own_indexes() {
         .join("\n");
     assert!(
         plan.contains("intake_delivery_scope")
-            && plan.contains("intake_message_key_source")
+            && plan.contains("intake_message_key")
             && !plan.contains("intake_outcome")
             && !plan.contains("Seq Scan on intake")
             && !plan.contains("entity_locks_held"),

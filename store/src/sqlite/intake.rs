@@ -94,6 +94,10 @@ const INTAKE_COLUMNS: &str = "id, source, delivery_id, scope, outcome, detail, c
 /// What a stored answer is read as; `WHERE` one of the unique indexes.
 const ANSWER_COLUMNS: &str = "SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id \
      FROM intake WHERE ";
+/// The answer of the routed row that claimed `(message_key ?1, source ?2)`: read through the
+/// partial `intake_message_key`, which `message_key = ?1` implies (m0022).
+pub const CLAIMED_MESSAGE: &str = "SELECT id, outcome, detail, run_id, workflow_id, \
+     held_by_run_id FROM intake WHERE message_key = ?1 AND source = ?2";
 
 /// The answer of the ledger row of each `(source, scope, delivery_id)`: what a later copy is a
 /// duplicate of.
@@ -130,8 +134,7 @@ fn claimed_messages(
     if keys.is_empty() {
         return Ok(found);
     }
-    let mut select =
-        txn.prepare_cached(&format!("{ANSWER_COLUMNS}message_key = ?1 AND source = ?2"))?;
+    let mut select = txn.prepare_cached(CLAIMED_MESSAGE)?;
     for &(source, key) in keys {
         if let Some(answer) = select
             .query(params![key, source])?

@@ -3,6 +3,7 @@
 
 mod checkpoint;
 mod intake;
+pub use intake::CLAIMED_MESSAGE;
 mod ledger;
 pub(crate) mod outbox;
 mod riders;
