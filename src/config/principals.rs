@@ -146,19 +146,25 @@ pub fn problems(
             }
             continue;
         };
-        let line = format!(" (line {})", line_at(text, run_as.span().start));
+        // Counted only for a problem: counting every workflow's line made a 10,000-workflow
+        // file take seconds to check (quadratic in its length).
+        let line = || format!(" (line {})", line_at(text, run_as.span().start));
         let Some(principal) = by_id.get(run_as.get_ref().as_str()) else {
             problems.push(format!(
-                "workflow `{id}`: `run_as` names principal `{}`{line}, which is not defined",
-                run_as.get_ref()
+                "workflow `{id}`: `run_as` names principal `{}`{}, which is not defined",
+                run_as.get_ref(),
+                line()
             ));
             continue;
         };
         if principal.tenant != workflow.tenant {
             problems.push(format!(
-                "workflow `{id}` of tenant `{}` runs as principal `{}` of tenant `{}`{line}: a \
+                "workflow `{id}` of tenant `{}` runs as principal `{}` of tenant `{}`{}: a \
                  workflow may only run as a principal of its own tenant",
-                workflow.tenant, principal.id, principal.tenant
+                workflow.tenant,
+                principal.id,
+                principal.tenant,
+                line()
             ));
         }
     }
