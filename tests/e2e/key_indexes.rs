@@ -11,37 +11,7 @@ use sea_orm_migration::MigratorTrait;
 use switchyard_store::entities::dispatch;
 
 use super::harness::Backend;
-use super::query_plans::{migrated, plan};
-
-/// The names of `table`'s indexes other than its primary key, sorted.
-async fn indexes(db: &sea_orm::DatabaseConnection, table: &str) -> Vec<String> {
-    let kind = db.get_database_backend();
-    let sql = match kind {
-        DbBackend::Sqlite => format!(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = '{table}' \
-             AND name NOT LIKE 'sqlite_autoindex%'"
-        ),
-        DbBackend::Postgres => format!(
-            "SELECT indexname FROM pg_indexes WHERE tablename = '{table}' \
-             AND indexname <> '{table}_pkey'"
-        ),
-        _ => format!(
-            "SELECT DISTINCT index_name FROM information_schema.statistics \
-             WHERE table_schema = DATABASE() AND table_name = '{table}' \
-             AND index_name <> 'PRIMARY'"
-        ),
-    };
-    let rows = db
-        .query_all_raw(Statement::from_string(kind, sql))
-        .await
-        .expect("list indexes");
-    let mut names: Vec<String> = rows
-        .iter()
-        .map(|row| row.try_get_by_index::<String>(0).expect("index name"))
-        .collect();
-    names.sort();
-    names
-}
+use super::query_plans::{indexes, migrated, plan};
 
 /// Whether `names` holds `wanted` and not `gone`.
 fn has(names: &[String], wanted: &str, gone: &str) -> bool {

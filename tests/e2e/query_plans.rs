@@ -178,22 +178,26 @@ async fn postgres_connections_plan_each_execution_for_its_values() {
 }
 
 /// The names of `runs`' indexes, sorted, as the database lists them.
-async fn run_indexes(db: &DatabaseConnection) -> Vec<String> {
-    let sql = match db.get_database_backend() {
-        DbBackend::Sqlite => {
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' \
+/// The names of `table`'s indexes other than its primary key, sorted.
+pub(super) async fn indexes(db: &DatabaseConnection, table: &str) -> Vec<String> {
+    let kind = db.get_database_backend();
+    let sql = match kind {
+        DbBackend::Sqlite => format!(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = '{table}' \
              AND name NOT LIKE 'sqlite_autoindex%'"
-        }
-        DbBackend::Postgres => {
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'runs' AND indexname <> 'runs_pkey'"
-        }
-        _ => {
+        ),
+        DbBackend::Postgres => format!(
+            "SELECT indexname FROM pg_indexes WHERE tablename = '{table}' \
+             AND indexname <> '{table}_pkey'"
+        ),
+        _ => format!(
             "SELECT DISTINCT index_name FROM information_schema.statistics \
-             WHERE table_schema = DATABASE() AND table_name = 'runs' AND index_name <> 'PRIMARY'"
-        }
+             WHERE table_schema = DATABASE() AND table_name = '{table}' \
+             AND index_name <> 'PRIMARY'"
+        ),
     };
     let rows = db
-        .query_all_raw(Statement::from_string(db.get_database_backend(), sql))
+        .query_all_raw(Statement::from_string(kind, sql))
         .await
         .expect("list indexes");
     let mut names: Vec<String> = rows
@@ -202,6 +206,10 @@ async fn run_indexes(db: &DatabaseConnection) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+async fn run_indexes(db: &DatabaseConnection) -> Vec<String> {
+    indexes(db, "runs").await
 }
 
 /// m0011 swaps two `runs` indexes for lighter ones on every database, and back on the way
