@@ -434,18 +434,25 @@ async fn an_alert_can_be_acknowledged_and_silenced_through_the_api_and_the_conso
     daemon.stop();
 }
 
+/// Two daemons on `db` with the webhook and Slack notifiers to fresh peers and `rules`; the
+/// peers and the config text (to reload a good config) come back with them.
+async fn two_replicas(db: &TestDb, rules: &str) -> (Arc<Peers>, String, Daemon, Daemon) {
+    let (peers, hook, slack) = peers().await;
+    let secret = secret();
+    let env = env(&secret);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let text = config(db, &format!("{}{rules}", notifiers(&hook, &slack)));
+    let first = Daemon::start(db, &text, &env).await;
+    let second = Daemon::start(db, &text, &env).await;
+    (peers, text, first, second)
+}
+
 #[tokio::test]
 async fn two_replicas_on_postgres_raise_one_alert_and_send_one_notification() {
     let Some(db) = TestDb::create(Backend::Postgres).await else {
         return;
     };
-    let (peers, hook, slack) = peers().await;
-    let secret = secret();
-    let env = env(&secret);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let text = config(&db, &format!("{}{QUIET_RULE}", notifiers(&hook, &slack)));
-    let first = Daemon::start(&db, &text, &env).await;
-    let second = Daemon::start(&db, &text, &env).await;
+    let (peers, _text, first, second) = two_replicas(&db, QUIET_RULE).await;
     let listed = firing_alerts(&first).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     eventually("the notifications", Duration::from_secs(10), || {
@@ -611,15 +618,16 @@ async fn mail_with(imap: &str, needle: &str) -> Vec<String> {
     bodies
 }
 
-#[tokio::test]
-async fn a_quiet_source_is_mailed_over_smtp_with_starttls_and_read_back_over_imap() {
-    let Some((smtp, imap, ca)) = mail_servers() else {
-        return;
+/// An `email` notifier to the local SMTP server (STARTTLS, the test CA; with `credentials`, the
+/// username and password from `ALERT_SMTP_USER`/`ALERT_SMTP_PASSWORD`) and a quiet-source rule
+/// `rule` on `api` that notifies it.
+fn email_config(host: &str, port: &str, rule: &str, credentials: bool) -> String {
+    let credentials = if credentials {
+        "username_env = \"ALERT_SMTP_USER\"\npassword_env = \"ALERT_SMTP_PASSWORD\"\n"
+    } else {
+        ""
     };
-    let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
-    let (host, port) = smtp.split_once(':').expect("host:port");
-    let rule = unique("mail-quiet");
-    let text = format!(
+    format!(
         r#"
 [alerting]
 evaluate_every = "200ms"
@@ -634,14 +642,25 @@ tls = "starttls"
 from = "Switchyard <alerts@example.com>"
 to = ["other@example.com"]
 ca_cert_env = "ALERT_SMTP_CA"
-
+{credentials}
 [[alert]]
 name = "{rule}"
 kind = "source_quiet"
 source = "api"
 expect_within = "1s"
 "#
-    );
+    )
+}
+
+#[tokio::test]
+async fn a_quiet_source_is_mailed_over_smtp_with_starttls_and_read_back_over_imap() {
+    let Some((smtp, imap, ca)) = mail_servers() else {
+        return;
+    };
+    let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
+    let (host, port) = smtp.split_once(':').expect("host:port");
+    let rule = unique("mail-quiet");
+    let text = email_config(host, port, &rule, false);
     let daemon = Daemon::start(&db, &config(&db, &text), &[("ALERT_SMTP_CA", ca.as_str())]).await;
     let listed = firing_alerts(&daemon).await;
     assert_eq!(listed.len(), 1, "{listed:?}");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::super::harness::{Backend, Daemon, TestDb, config};
-use super::{alerts, env, eventually, firing_alerts, notifiers, peers, secret};
+use super::{alerts, env, eventually, firing_alerts, notifiers, peers, secret, two_replicas};
 
 const RULE: &str = r#"
 [[alert]]
@@ -54,13 +54,7 @@ async fn a_reload_refused_on_two_replicas_is_one_alert_that_resolves_only_once_b
     let Some(db) = TestDb::create(Backend::Postgres).await else {
         return;
     };
-    let (peers, hook, slack) = peers().await;
-    let secret = secret();
-    let env = env(&secret);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let text = config(&db, &format!("{}{RULE}", notifiers(&hook, &slack)));
-    let first = Daemon::start(&db, &text, &env).await;
-    let second = Daemon::start(&db, &text, &env).await;
+    let (peers, text, first, second) = two_replicas(&db, RULE).await;
 
     first.reload("this is not toml [");
     let listed = firing_alerts(&first).await;

@@ -8,35 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::super::console::Console;
 use super::super::harness::{Backend, Daemon, TOKEN, TestDb, config, event, unique};
-use super::{firing_alerts, mail_servers, mail_with};
-
-fn email_config(host: &str, port: &str, rule: &str) -> String {
-    format!(
-        r#"
-[alerting]
-evaluate_every = "200ms"
-builtin = false
-
-[[notifier]]
-name = "ops-email"
-kind = "email"
-smtp_host = "{host}"
-smtp_port = {port}
-tls = "starttls"
-from = "Switchyard <alerts@example.com>"
-to = ["other@example.com"]
-ca_cert_env = "ALERT_SMTP_CA"
-username_env = "ALERT_SMTP_USER"
-password_env = "ALERT_SMTP_PASSWORD"
-
-[[alert]]
-name = "{rule}"
-kind = "source_quiet"
-source = "api"
-expect_within = "1s"
-"#
-    )
-}
+use super::{email_config, firing_alerts, mail_servers, mail_with};
 
 #[tokio::test]
 async fn a_wrong_smtp_password_fails_visibly_and_is_retried_and_the_right_one_delivers_authenticated()
@@ -47,7 +19,7 @@ async fn a_wrong_smtp_password_fails_visibly_and_is_retried_and_the_right_one_de
     let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
     let (host, port) = smtp.split_once(':').expect("host:port");
     let rule = unique("mail-auth");
-    let text = config(&db, &email_config(host, port, &rule));
+    let text = config(&db, &email_config(host, port, &rule, true));
     let env = |password: &'static str| {
         vec![
             ("ALERT_SMTP_CA", ca.clone()),
