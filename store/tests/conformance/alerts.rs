@@ -16,6 +16,27 @@ use switchyard_store::alerts::{
 use crate::fixtures::{id_at, insert_ledger, ledger_row, routed, start};
 use crate::harness::TestStore;
 
+/// The notifications due at `at` that `store` claims (30 s claims, at most 10).
+async fn claim(store: &switchyard_store::Store, at: i64) -> Vec<ClaimedNotification> {
+    store
+        .claim_alert_notifications(at, 30_000, 10)
+        .await
+        .expect("claim")
+}
+
+/// Ends `claimed` with `outcome` at `at`: whether its claim still held.
+async fn finish(
+    store: &switchyard_store::Store,
+    claimed: &ClaimedNotification,
+    outcome: &NotificationOutcome,
+    at: i64,
+) -> bool {
+    store
+        .finish_alert_notification(&claimed.notification.id, &claimed.claim_token, outcome, at)
+        .await
+        .expect("finish")
+}
+
 fn notifiers() -> Vec<String> {
     vec!["ops-webhook".into(), "ops-slack".into()]
 }
@@ -369,74 +390,26 @@ async fn a_claimed_notification_is_not_claimed_again_until_its_claim_lapses_and_
             .fire_alert(&firing(&notifiers, None), now)
             .await
             .expect("fire");
-        let claimed = store
-            .claim_alert_notifications(now, 30_000, 10)
-            .await
-            .expect("claim");
+        let claimed = claim(store, now).await;
         assert_eq!(claimed.len(), 1, "{:?}", test.backend);
         assert_eq!(claimed[0].alert.rule, "api-quiet");
         assert_eq!(claimed[0].notification.attempts, 1);
-        assert!(
-            replica
-                .claim_alert_notifications(now + 1, 30_000, 10)
-                .await
-                .expect("claim")
-                .is_empty()
-        );
+        assert!(claim(&replica, now + 1).await.is_empty());
         let retry = NotificationOutcome::Retry {
             due_at: now + 5_000,
             error: "HTTP 503".into(),
         };
-        assert!(
-            store
-                .finish_alert_notification(
-                    &claimed[0].notification.id,
-                    &claimed[0].claim_token,
-                    &retry,
-                    now + 2
-                )
-                .await
-                .expect("retry")
-        );
-        assert!(
-            replica
-                .claim_alert_notifications(now + 4_999, 30_000, 10)
-                .await
-                .expect("claim")
-                .is_empty()
-        );
-        let again = replica
-            .claim_alert_notifications(now + 5_000, 30_000, 10)
-            .await
-            .expect("claim");
+        assert!(finish(store, &claimed[0], &retry, now + 2).await);
+        assert!(claim(&replica, now + 4_999).await.is_empty());
+        let again = claim(&replica, now + 5_000).await;
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].notification.attempts, 2);
         // The first claim's token is stale now: its late outcome changes nothing.
         let delivered = NotificationOutcome::Delivered {
             external_ref: Some("C0OPS 1.2".into()),
         };
-        assert!(
-            !store
-                .finish_alert_notification(
-                    &claimed[0].notification.id,
-                    &claimed[0].claim_token,
-                    &delivered,
-                    now + 5_001
-                )
-                .await
-                .expect("stale")
-        );
-        assert!(
-            replica
-                .finish_alert_notification(
-                    &again[0].notification.id,
-                    &again[0].claim_token,
-                    &delivered,
-                    now + 5_002
-                )
-                .await
-                .expect("delivered")
-        );
+        assert!(!finish(store, &claimed[0], &delivered, now + 5_001).await);
+        assert!(finish(&replica, &again[0], &delivered, now + 5_002).await);
         let row = &store
             .alert_notifications(&again[0].alert.id)
             .await
@@ -454,13 +427,7 @@ async fn a_claimed_notification_is_not_claimed_again_until_its_claim_lapses_and_
                 .as_deref(),
             Some("C0OPS 1.2")
         );
-        assert!(
-            store
-                .claim_alert_notifications(now + 100_000, 30_000, 10)
-                .await
-                .expect("claim")
-                .is_empty()
-        );
+        assert!(claim(store, now + 100_000).await.is_empty());
     }
 }
 
@@ -475,10 +442,7 @@ async fn a_resolved_notification_waits_until_its_fired_one_to_the_same_notifier_
             .fire_alert(&firing(&notifiers, None), now)
             .await
             .expect("fire");
-        let claimed = store
-            .claim_alert_notifications(now, 30_000, 10)
-            .await
-            .expect("claim");
+        let claimed = claim(store, now).await;
         assert_eq!(claimed.len(), 2, "{:?}", test.backend);
         let alert_id = claimed[0].alert.id.clone();
         // The webhook refuses its `fired` (retry in 60s); Slack takes its own.
@@ -493,17 +457,7 @@ async fn a_resolved_notification_waits_until_its_fired_one_to_the_same_notifier_
                     external_ref: Some("C0OPS 1.2".into()),
                 }
             };
-            assert!(
-                store
-                    .finish_alert_notification(
-                        &claim.notification.id,
-                        &claim.claim_token,
-                        &outcome,
-                        now + 1
-                    )
-                    .await
-                    .expect("finish")
-            );
+            assert!(finish(store, claim, &outcome, now + 1).await);
         }
         assert!(
             store
@@ -523,10 +477,7 @@ async fn a_resolved_notification_waits_until_its_fired_one_to_the_same_notifier_
                 })
                 .collect::<Vec<_>>()
         };
-        let slack = store
-            .claim_alert_notifications(now + 3, 30_000, 10)
-            .await
-            .expect("claim");
+        let slack = claim(store, now + 3).await;
         assert_eq!(
             pairs(&slack),
             [("ops-slack".to_owned(), RESOLVED.to_owned())],
@@ -534,33 +485,24 @@ async fn a_resolved_notification_waits_until_its_fired_one_to_the_same_notifier_
             test.backend
         );
         assert!(
-            store
-                .finish_alert_notification(
-                    &slack[0].notification.id,
-                    &slack[0].claim_token,
-                    &NotificationOutcome::Delivered { external_ref: None },
-                    now + 4
-                )
-                .await
-                .expect("delivered")
+            finish(
+                store,
+                &slack[0],
+                &NotificationOutcome::Delivered { external_ref: None },
+                now + 4
+            )
+            .await
         );
         for at in [now + 5, now + 59_999] {
             assert!(
-                replica
-                    .claim_alert_notifications(at, 30_000, 10)
-                    .await
-                    .expect("claim")
-                    .is_empty(),
+                claim(&replica, at).await.is_empty(),
                 "the webhook's `resolved` waits for its `fired`: {:?}",
                 test.backend
             );
         }
         // The `fired` retry is due: it alone is claimed, and while it is in flight (claimed
         // by one replica) the other replica still holds the `resolved` back.
-        let fired = store
-            .claim_alert_notifications(now + 60_000, 30_000, 10)
-            .await
-            .expect("claim");
+        let fired = claim(store, now + 60_000).await;
         assert_eq!(
             pairs(&fired),
             [("ops-webhook".to_owned(), FIRED.to_owned())],
@@ -568,29 +510,20 @@ async fn a_resolved_notification_waits_until_its_fired_one_to_the_same_notifier_
             test.backend
         );
         assert!(
-            replica
-                .claim_alert_notifications(now + 60_001, 30_000, 10)
-                .await
-                .expect("claim")
-                .is_empty(),
+            claim(&replica, now + 60_001).await.is_empty(),
             "{:?}",
             test.backend
         );
         assert!(
-            store
-                .finish_alert_notification(
-                    &fired[0].notification.id,
-                    &fired[0].claim_token,
-                    &NotificationOutcome::Delivered { external_ref: None },
-                    now + 60_002
-                )
-                .await
-                .expect("delivered")
-        );
-        let resolved = replica
-            .claim_alert_notifications(now + 60_003, 30_000, 10)
+            finish(
+                store,
+                &fired[0],
+                &NotificationOutcome::Delivered { external_ref: None },
+                now + 60_002
+            )
             .await
-            .expect("claim");
+        );
+        let resolved = claim(&replica, now + 60_003).await;
         assert_eq!(
             pairs(&resolved),
             [("ops-webhook".to_owned(), RESOLVED.to_owned())],
