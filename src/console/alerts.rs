@@ -156,8 +156,7 @@ async fn acknowledge(
     Path(id): Path<String>,
     form: Result<Form<super::session::CsrfForm>, FormRejection>,
 ) -> Result<Response, ConsoleError> {
-    let csrf = form.map(|Form(f)| f.csrf).unwrap_or_default();
-    viewer.check_csrf(&csrf)?;
+    viewer.check_csrf_form(form)?;
     viewer.require(Scope::Admin)?;
     let tenants = viewer.principal.tenant_filter(None);
     changed(

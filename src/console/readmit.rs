@@ -110,8 +110,7 @@ async fn one(
     Path(id): Path<String>,
     form: Result<Form<super::session::CsrfForm>, FormRejection>,
 ) -> Result<Response, ConsoleError> {
-    let csrf = form.map(|Form(f)| f.csrf).unwrap_or_default();
-    viewer.check_csrf(&csrf)?;
+    viewer.check_csrf_form(form)?;
     viewer.require(Scope::Admin)?;
     let row = original(&viewer, &state, &id).await?;
     let filters = filters_of(&row, viewer.principal.tenant_filter(None));

@@ -144,35 +144,28 @@ async fn one(
     let tally = report(&state.store, &id).await?;
     let label =
         |outcome: &str, workflow: Option<&str>| crate::replay::engine::bucket(outcome, workflow);
+    let different = |r: switchyard_store::entities::replay_result::Model| Different {
+        was: label(&r.original_outcome, r.original_workflow_id.as_deref()),
+        now: label(&r.replayed_outcome, r.replayed_workflow_id.as_deref()),
+        why: r.why.unwrap_or_default(),
+        new_intake_id: r.new_intake_id.unwrap_or_default(),
+        intake_id: r.intake_id,
+        delivery_id: r.delivery_id,
+        source: r.source,
+    };
     let differing = state
         .store
         .replay_results(&id, true, None, 200)
         .await?
         .into_iter()
-        .map(|r| Different {
-            was: label(&r.original_outcome, r.original_workflow_id.as_deref()),
-            now: label(&r.replayed_outcome, r.replayed_workflow_id.as_deref()),
-            why: r.why.unwrap_or_default(),
-            new_intake_id: r.new_intake_id.unwrap_or_default(),
-            intake_id: r.intake_id,
-            delivery_id: r.delivery_id,
-            source: r.source,
-        })
+        .map(different)
         .collect();
     let taken = state
         .store
         .replay_results(&id, false, None, 20)
         .await?
         .into_iter()
-        .map(|r| Different {
-            was: label(&r.original_outcome, r.original_workflow_id.as_deref()),
-            now: label(&r.replayed_outcome, r.replayed_workflow_id.as_deref()),
-            why: r.why.unwrap_or_default(),
-            new_intake_id: r.new_intake_id.unwrap_or_default(),
-            intake_id: r.intake_id,
-            delivery_id: r.delivery_id,
-            source: r.source,
-        })
+        .map(different)
         .collect();
     let page = OnePage {
         taken,

@@ -445,8 +445,7 @@ async fn redispatch(
     Path(id): Path<String>,
     form: Result<Form<super::session::CsrfForm>, FormRejection>,
 ) -> Result<Response, ConsoleError> {
-    let csrf = form.map(|Form(f)| f.csrf).unwrap_or_default();
-    viewer.check_csrf(&csrf)?;
+    viewer.check_csrf_form(form)?;
     viewer.require(Scope::RunsWrite)?;
     visible_run(&state, &viewer.principal, &id).await?;
     match state

@@ -8,6 +8,7 @@
 //! after login, and a POST without the session's CSRF token changes nothing (403). A failed
 //! login counts against the client's address like a failed bearer token (`auth::throttle`).
 
+use axum::extract::rejection::FormRejection;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -77,6 +78,15 @@ impl Viewer {
                 "This form is missing its CSRF token or it is stale; reload the page and try again.",
             ))
         }
+    }
+
+    /// 403 unless `form`, a form carrying only the CSRF token, carried this session's token (a
+    /// form that does not parse carries none).
+    pub fn check_csrf_form(
+        &self,
+        form: Result<Form<CsrfForm>, FormRejection>,
+    ) -> Result<(), ConsoleError> {
+        self.check_csrf(&form.map(|Form(f)| f.csrf).unwrap_or_default())
     }
 
     /// 403 naming the scope unless the token has it.
@@ -207,8 +217,7 @@ async fn logout(
     State(state): State<AppState>,
     form: Result<Form<CsrfForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    let presented = form.map(|Form(f)| f.csrf).unwrap_or_default();
-    if let Err(error) = viewer.check_csrf(&presented) {
+    if let Err(error) = viewer.check_csrf_form(form) {
         return error.into_response();
     }
     state.console.remove(&viewer.session);

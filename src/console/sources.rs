@@ -320,8 +320,7 @@ async fn send_test(
     form: Result<Form<super::session::CsrfForm>, FormRejection>,
 ) -> Result<Response, ConsoleError> {
     use tower::ServiceExt as _;
-    let csrf = form.map(|Form(f)| f.csrf).unwrap_or_default();
-    viewer.check_csrf(&csrf)?;
+    viewer.check_csrf_form(form)?;
     viewer.require(Scope::Admin)?;
     let live = state.live.current();
     let Some(kind) = live
