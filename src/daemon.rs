@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use crate::config::Settings;
 use crate::dispatcher::{Dispatcher, TargetHealths, Wake};
 use crate::edge::{Approvals, Pollers, SocketMode, SourceStatuses};
-use crate::http::{self, AppState};
+use crate::http::{self, AppParts, AppState};
 use crate::intake::Intake;
 use crate::live::{Live, LiveConfig};
 use crate::retention::Retention;
@@ -114,7 +114,7 @@ impl Daemon {
             started: switchyard_store::now_millis(),
             quiet_searches: Default::default(),
         }));
-        let state = AppState {
+        let state = AppState::new(AppParts {
             replays,
             store: store.clone(),
             live,
@@ -126,7 +126,7 @@ impl Daemon {
             console: Arc::default(),
             pending: Arc::default(),
             alerts: alert_status,
-        };
+        });
         let approvals = Arc::new(Approvals::start(store.clone(), state.live.clone()));
         let socket_mode = SocketMode::new(state.clone());
         socket_mode

@@ -47,13 +47,13 @@ pub struct BodyTimedOut(Duration);
 /// Wraps each request's body in its deadline, and answers 408 (with `Connection: close`) when
 /// the handler ran into it, whatever the handler made of the error (an extractor says 400).
 /// A body already complete (a GET, `Content-Length: 0`) costs nothing.
-pub(super) async fn bound(
+pub(super) async fn bound<Fut: Future<Output = Response>>(
     request: axum::extract::Request,
-    next: axum::middleware::Next,
     timeout: Duration,
+    next: impl FnOnce(axum::extract::Request) -> Fut,
 ) -> Response {
     if request.body().is_end_stream() {
-        return next.run(request).await;
+        return next(request).await;
     }
     let deadline = BodyDeadline {
         timeout,
@@ -64,12 +64,10 @@ pub(super) async fn bound(
     parts.extensions.insert(deadline.clone());
     let body = Body::new(DeadlineBody {
         inner: body,
-        sleep: Box::pin(tokio::time::sleep_until(deadline.at)),
+        sleep: None,
         deadline: deadline.clone(),
     });
-    let response = next
-        .run(axum::extract::Request::from_parts(parts, body))
-        .await;
+    let response = next(axum::extract::Request::from_parts(parts, body)).await;
     if deadline.missed() {
         tracing::info!(
             timeout = %humantime::format_duration(timeout),
@@ -81,10 +79,31 @@ pub(super) async fn bound(
 }
 
 /// A body that fails once its deadline passes.
+///
+/// The timer is armed only when the body first has to wait for bytes: a body that came with its
+/// headers (most do) is read whole without registering one, and a frame read after the
+/// deadline is refused by the clock alone (BENCHMARKS.md round 23).
 struct DeadlineBody {
     inner: Body,
-    sleep: Pin<Box<Sleep>>,
+    /// Armed at the first wait for bytes.
+    sleep: Option<Pin<Box<Sleep>>>,
     deadline: BodyDeadline,
+}
+
+impl DeadlineBody {
+    /// Whether the deadline has passed: by the armed timer (which then wakes this task at the
+    /// deadline), or by the clock while none is armed.
+    fn passed(&mut self, cx: &mut Context<'_>) -> bool {
+        match &mut self.sleep {
+            Some(sleep) => sleep.as_mut().poll(cx).is_ready(),
+            None => Instant::now() >= self.deadline.at,
+        }
+    }
+
+    fn missed(&self) -> Poll<Option<Result<Frame<Bytes>, axum::BoxError>>> {
+        self.deadline.missed.store(true, Ordering::Relaxed);
+        Poll::Ready(Some(Err(Box::new(BodyTimedOut(self.deadline.timeout)))))
+    }
 }
 
 impl HttpBody for DeadlineBody {
@@ -96,13 +115,22 @@ impl HttpBody for DeadlineBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        if this.sleep.as_mut().poll(cx).is_ready() {
-            this.deadline.missed.store(true, Ordering::Relaxed);
-            return Poll::Ready(Some(Err(Box::new(BodyTimedOut(this.deadline.timeout)))));
+        if this.passed(cx) {
+            return this.missed();
         }
-        Pin::new(&mut this.inner)
+        let frame = Pin::new(&mut this.inner)
             .poll_frame(cx)
-            .map_err(axum::BoxError::from)
+            .map_err(axum::BoxError::from);
+        if frame.is_pending() && this.sleep.is_none() {
+            // The first wait for bytes: arm the timer, so this task wakes at the deadline.
+            let sleep = this
+                .sleep
+                .insert(Box::pin(tokio::time::sleep_until(this.deadline.at)));
+            if sleep.as_mut().poll(cx).is_ready() {
+                return this.missed();
+            }
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {
@@ -139,7 +167,7 @@ mod tests {
     fn bounded(inner: Body, deadline: &BodyDeadline) -> DeadlineBody {
         DeadlineBody {
             inner,
-            sleep: Box::pin(tokio::time::sleep_until(deadline.at)),
+            sleep: None,
             deadline: deadline.clone(),
         }
     }
@@ -166,5 +194,30 @@ mod tests {
             .to_bytes();
         assert_eq!(&bytes[..], b"whole");
         assert!(!deadline.missed());
+    }
+
+    #[tokio::test]
+    async fn a_body_that_came_whole_arms_no_timer() {
+        let deadline = deadline_in(Duration::from_secs(10));
+        let mut body = std::pin::pin!(bounded(Body::from("whole"), &deadline));
+        let frame = body.as_mut().frame().await.expect("a frame").expect("data");
+        assert_eq!(
+            frame.into_data().expect("data"),
+            Bytes::from_static(b"whole")
+        );
+        assert!(body.as_mut().frame().await.is_none());
+        assert!(body.sleep.is_none(), "no wait for bytes, no timer");
+    }
+
+    #[tokio::test]
+    async fn bytes_read_after_the_deadline_are_refused_without_a_timer() {
+        let deadline = deadline_in(Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let error = bounded(Body::from("late"), &deadline)
+            .collect()
+            .await
+            .expect_err("past the deadline");
+        assert!(error.is::<BodyTimedOut>(), "{error}");
+        assert!(deadline.missed());
     }
 }

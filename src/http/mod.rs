@@ -15,6 +15,7 @@ mod error;
 pub(crate) mod events;
 mod health;
 pub(crate) mod intake_answer;
+mod limits;
 mod metrics;
 pub(crate) mod openapi;
 mod oversize;
@@ -40,9 +41,29 @@ use crate::live::LiveConfig;
 use crate::source_status::SourceStatuses;
 use crate::telemetry::spans::PLAIN_TRACE_HEADERS;
 
-/// What every handler can reach.
+/// What every handler can reach: its parts behind one shared allocation. axum copies the state
+/// for every handler and every middleware a request passes; a copy is one reference count, not
+/// one per part (BENCHMARKS.md round 23).
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppParts>);
+
+impl AppState {
+    pub fn new(parts: AppParts) -> Self {
+        Self(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+#[derive(Debug)]
+pub struct AppParts {
     /// The database, as named operations.
     pub store: switchyard_store::Store,
     /// `/readyz`'s pending counts, read at most once a second.
@@ -106,18 +127,15 @@ pub fn with_limits(
     server: &ServerConfig,
     signed_only: fn(&str) -> bool,
 ) -> Router {
-    let body_limit = server.body_limit;
-    let body_read_timeout = server.body_read_timeout;
-    app.layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn(move |request, next| {
-            body_deadline::bound(request, next, body_read_timeout)
-        }))
-        .layer(axum::middleware::from_fn(move |request, next| {
-            oversize::refuse_declared_oversize(request, next, body_limit, body_read_timeout)
-        }))
+    let limits = limits::Limits {
+        throttle: auth::FailureThrottle::new(state.live.clone(), signed_only),
+        body_limit: server.body_limit,
+        body_read_timeout: server.body_read_timeout,
+    };
+    app.layer(DefaultBodyLimit::max(server.body_limit))
         .layer(axum::middleware::from_fn_with_state(
-            auth::FailureThrottle::new(state.live.clone(), signed_only),
-            auth::throttle_failures,
+            limits,
+            limits::enforce,
         ))
         .with_state(state)
 }

@@ -18,15 +18,15 @@ const DRAIN_FACTOR: u64 = 16;
 /// writing it: closing the socket under unread bytes resets the connection, and the client sees
 /// a broken pipe instead of the answer. So a body within `DRAIN_FACTOR` limits is read to its end
 /// and discarded first, the way a lingering close does, bounded by `read_timeout`.
-pub(super) async fn refuse_declared_oversize(
+pub(super) async fn refuse_declared_oversize<Fut: Future<Output = Response>>(
     request: axum::extract::Request,
-    next: axum::middleware::Next,
     limit: usize,
     read_timeout: std::time::Duration,
+    next: impl FnOnce(axum::extract::Request) -> Fut,
 ) -> Response {
     let declared = match declared_length(request.headers()) {
         Some(declared) if declared > limit as u64 => declared,
-        _ => return next.run(request).await,
+        _ => return next(request).await,
     };
     if !waits_for_continue(request.headers()) && declared <= limit as u64 * DRAIN_FACTOR {
         let drained = tokio::time::timeout(read_timeout, discard(request.into_body())).await;

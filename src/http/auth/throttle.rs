@@ -15,9 +15,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::Principal;
@@ -182,16 +181,16 @@ impl Presented {
     }
 }
 
-/// The middleware: refuses a blocked address's secrets unread, and counts every refused one.
+/// The step of [`crate::http::limits`]: refuses a blocked address's secrets unread, and counts every refused one.
 /// The client address comes from the connection (`ConnectInfo`); without one (a router called
 /// in process) every request counts as one client.
-pub async fn guard(
-    State(throttle): State<FailureThrottle>,
+pub async fn guard<Fut: Future<Output = Response>>(
+    throttle: &FailureThrottle,
     request: Request,
-    next: Next,
+    next: impl FnOnce(Request) -> Fut,
 ) -> Response {
     let Some(presented) = Presented::of(&request, throttle.signed_only) else {
-        return next.run(request).await;
+        return next(request).await;
     };
     let peer = request
         .extensions()
@@ -204,7 +203,7 @@ pub async fn guard(
     // Both share the request's buffers: nothing is copied unless a failure is logged.
     let method = request.method().clone();
     let uri = request.uri().clone();
-    let response = next.run(request).await;
+    let response = next(request).await;
     if response.status() == StatusCode::UNAUTHORIZED && presented.refused(&throttle.live) {
         let (failures, blocked) = throttle.table.fail(client, Instant::now());
         let client = peer.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
