@@ -115,8 +115,10 @@ pub fn refuse(outcome: Outcome, detail: impl Into<String>, style: Style) -> Resp
 }
 
 /// Submits the delivery and answers once it is committed: 503 if the store refused it or did
-/// not commit within `server.intake_timeout`. The submission runs as its own task, so a sender
-/// that goes away (or times out) does not stop it, and its decision is still logged.
+/// not commit within `server.intake_timeout`. A sender that goes away (or times out) once its
+/// delivery is queued does not stop it, and its decision is still logged (`Intake::submit`), so
+/// the submission needs no task of its own (a spawn per answer cost a task, a wake-up of
+/// another worker and a join: BENCHMARKS.md round 23).
 pub async fn submit(state: &AppState, delivery: Delivery, style: Style) -> Response {
     let timeout = state
         .live
@@ -126,15 +128,9 @@ pub async fn submit(state: &AppState, delivery: Delivery, style: Style) -> Respo
         .config
         .server
         .intake_timeout;
-    let intake = state.intake.clone();
-    let submitted = tokio::spawn(async move { intake.submit(delivery).await });
-    match tokio::time::timeout(timeout, submitted).await {
-        Ok(Ok(Ok(answer))) => respond(answer, style),
-        Ok(Ok(Err(unavailable))) => ApiError::from(unavailable).into_response(),
-        Ok(Err(panicked)) => {
-            ApiError::from(StoreUnavailable(format!("intake task failed: {panicked}")))
-                .into_response()
-        }
+    match tokio::time::timeout(timeout, state.intake.submit(delivery)).await {
+        Ok(Ok(answer)) => respond(answer, style),
+        Ok(Err(unavailable)) => ApiError::from(unavailable).into_response(),
         Err(_) => ApiError::from(StoreUnavailable(format!(
             "not committed within {} (server.intake_timeout)",
             humantime::format_duration(timeout)

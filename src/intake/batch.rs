@@ -174,7 +174,7 @@ impl Batch for DeliveryBatch {
             {
                 metrics.workflow_run_created(workflow);
             }
-            let _ = pending.reply.send(Ok(answer));
+            pending.answer(Ok(answer));
         }
     }
 
@@ -185,7 +185,7 @@ impl Batch for DeliveryBatch {
             Failure::Unstorable(error) => {
                 tracing::warn!(%error, size = self.pending.len(), "the store cannot hold a delivery; answering invalid_event");
                 for pending in self.pending {
-                    let _ = pending.reply.send(Ok(Answer::refused(
+                    pending.answer(Ok(Answer::refused(
                         Outcome::InvalidEvent,
                         format!("the store cannot hold this delivery: {error}"),
                     )));
@@ -196,7 +196,7 @@ impl Batch for DeliveryBatch {
                 tracing::error!(%error, size = self.pending.len(), "the store refused deliveries; senders are told to retry");
                 let refusal = StoreUnavailable(error);
                 for pending in self.pending {
-                    let _ = pending.reply.send(Err(refusal.clone()));
+                    pending.answer(Err(refusal.clone()));
                 }
             }
         }

@@ -329,6 +329,17 @@ struct Pending {
     reply: Reply,
 }
 
+impl Pending {
+    /// Hands the sender its answer. A sender that went away meanwhile (it timed out, or its
+    /// client closed the connection) cannot log the decision, so it is logged here: the
+    /// writer does log I/O only for those.
+    fn answer(self, result: Result<Answer, StoreUnavailable>) {
+        if let Err(Ok(answer)) = self.reply.send(result) {
+            LogFields::of(&self.delivery).log(&answer);
+        }
+    }
+}
+
 /// The handle handlers submit deliveries through.
 #[derive(Debug, Clone)]
 pub struct Intake {
@@ -379,7 +390,10 @@ impl Intake {
         })
     }
 
-    /// Decides and durably records one delivery; answers after the commit.
+    /// Decides and durably records one delivery; answers after the commit. Once the delivery
+    /// is queued, dropping this future does not stop it: the writer decides it and logs the
+    /// decision itself ([`Pending::answer`]). Dropped while the queue is full, it was never
+    /// queued, and nothing is recorded.
     pub async fn submit(&self, delivery: Delivery) -> Result<Answer, StoreUnavailable> {
         let (reply, answer) = oneshot::channel();
         let shard = &self.shards[self.shard_of(&delivery)];

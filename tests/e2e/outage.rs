@@ -171,7 +171,8 @@ async fn a_hanging_database_is_answered_503_within_the_intake_timeout() {
          intake_timeout = \"500ms\"\n\n[database]\nurl = \"postgres://postgres@{}/{name}\"\n{PRINCIPALS}{WORKED_EXAMPLE}",
         proxy.addr
     );
-    let daemon = Daemon::start(&db, &text, &[]).await;
+    // Routine decisions are logged at debug: on, to see the stalled one logged.
+    let daemon = Daemon::start(&db, &text, &[("RUST_LOG", "info,switchyard::intake=debug")]).await;
     // Routed before the hang. Under CI's parallel load a new daemon's first batch on a new
     // database can outlast the 500 ms itself (answered 503, which is this test's point); the
     // sender's retry, same key, is then decided.
@@ -204,6 +205,20 @@ async fn a_hanging_database_is_answered_503_within_the_intake_timeout() {
         .as_str()
         .or(retried["outcome"].as_str());
     assert_eq!(outcome, Some("routed"), "{retried}");
+    if retried["outcome"] == "duplicate" {
+        // The stalled commit landed after its sender was answered 503: the writer logged the
+        // decision that sender could no longer log.
+        let decided = |line: &&str| {
+            line.contains("intake decided")
+                && line.contains("\"delivery_id\":\"during-hang\"")
+                && line.contains("\"outcome\":\"routed\"")
+        };
+        assert!(
+            daemon.logs().lines().any(|line| decided(&line)),
+            "the stalled decision is logged: {}",
+            daemon.logs()
+        );
+    }
     let runs = daemon.runs("tenant=acme").await;
     assert_eq!(runs.len(), 2, "one run per ticket, none doubled: {runs:?}");
     daemon.stop();
