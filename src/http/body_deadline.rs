@@ -100,7 +100,8 @@ impl DeadlineBody {
         }
     }
 
-    fn missed(&self) -> Poll<Option<Result<Frame<Bytes>, axum::BoxError>>> {
+    /// Marks the deadline missed and yields the error that ends the body.
+    fn cut_off(&self) -> Poll<Option<Result<Frame<Bytes>, axum::BoxError>>> {
         self.deadline.missed.store(true, Ordering::Relaxed);
         Poll::Ready(Some(Err(Box::new(BodyTimedOut(self.deadline.timeout)))))
     }
@@ -116,7 +117,7 @@ impl HttpBody for DeadlineBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
         if this.passed(cx) {
-            return this.missed();
+            return this.cut_off();
         }
         let frame = Pin::new(&mut this.inner)
             .poll_frame(cx)
@@ -127,7 +128,7 @@ impl HttpBody for DeadlineBody {
                 .sleep
                 .insert(Box::pin(tokio::time::sleep_until(this.deadline.at)));
             if sleep.as_mut().poll(cx).is_ready() {
-                return this.missed();
+                return this.cut_off();
             }
         }
         frame

@@ -8,6 +8,7 @@
 //! Invariant: every request passes the three steps in this order, and a step that refuses the
 //! request ends it there.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -17,8 +18,9 @@ use axum::response::Response;
 use super::auth::FailureThrottle;
 use super::{body_deadline, oversize};
 
-/// What the steps need: the throttle's table, the body limit and the body read timeout.
-#[derive(Debug, Clone)]
+/// What the steps need: the throttle's table, the body limit and the body read timeout. Shared
+/// (`Arc`), as axum copies a middleware's state for every request.
+#[derive(Debug)]
 pub(super) struct Limits {
     pub throttle: FailureThrottle,
     pub body_limit: usize,
@@ -27,16 +29,16 @@ pub(super) struct Limits {
 
 /// The middleware (`axum::middleware::from_fn_with_state`).
 pub(super) async fn enforce(
-    State(limits): State<Limits>,
+    State(limits): State<Arc<Limits>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let Limits {
-        throttle,
-        body_limit,
-        body_read_timeout,
-    } = limits;
-    super::auth::throttle_failures(&throttle, request, |request| {
+    let (throttle, body_limit, body_read_timeout) = (
+        &limits.throttle,
+        limits.body_limit,
+        limits.body_read_timeout,
+    );
+    super::auth::throttle_failures(throttle, request, |request| {
         oversize::refuse_declared_oversize(request, body_limit, body_read_timeout, |request| {
             body_deadline::bound(request, body_read_timeout, |request| next.run(request))
         })

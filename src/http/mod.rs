@@ -127,11 +127,11 @@ pub fn with_limits(
     server: &ServerConfig,
     signed_only: fn(&str) -> bool,
 ) -> Router {
-    let limits = limits::Limits {
+    let limits = Arc::new(limits::Limits {
         throttle: auth::FailureThrottle::new(state.live.clone(), signed_only),
         body_limit: server.body_limit,
         body_read_timeout: server.body_read_timeout,
-    };
+    });
     app.layer(DefaultBodyLimit::max(server.body_limit))
         .layer(axum::middleware::from_fn_with_state(
             limits,

@@ -181,9 +181,9 @@ impl Presented {
     }
 }
 
-/// The step of [`crate::http::limits`]: refuses a blocked address's secrets unread, and counts every refused one.
-/// The client address comes from the connection (`ConnectInfo`); without one (a router called
-/// in process) every request counts as one client.
+/// The first step of `http::limits`: refuses a blocked address's secrets unread, and counts
+/// every refused one. The client address comes from the connection (`ConnectInfo`); without one
+/// (a router called in process) every request counts as one client.
 pub async fn guard<Fut: Future<Output = Response>>(
     throttle: &FailureThrottle,
     request: Request,
