@@ -282,6 +282,10 @@ async fn an_unacked_envelope_redelivered_after_kill_9_makes_one_run() {
     while !peer.open().is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert!(
+        peer.open().is_empty(),
+        "the killed daemon's Socket Mode connections were not closed within 30 s"
+    );
     peer.lose_acks(false);
     assert!(!peer.acked(&envelope));
 
