@@ -1,7 +1,7 @@
-//! Retention: a background task that has the store delete expired ledger rows, raw deliveries
-//! and finished runs (with their dispatch, attempts and history) in batches, and give the space
-//! back where the database does not (SQLite). The statements, and what is kept, are the
-//! store's (`switchyard_store::retention`); the schedule and the pacing are here.
+//! Retention: a background task that has the store delete expired ledger rows (emptying their
+//! raw bytes earlier) and finished runs (with their dispatch, attempts and history) in batches,
+//! and give the space back where the database does not (SQLite). The statements, and what is
+//! kept, are the store's (`switchyard_store::retention`); the schedule and the pacing are here.
 //!
 //! *Invariant: never deletes an active run or the rows it needs; never holds one long
 //! transaction.* Every batch is its own short write transaction of at most `retention.batch`
@@ -46,11 +46,18 @@ impl Retention {
     }
 }
 
+/// The id from which the next pass empties raw bytes: every ledger row before it had its bytes
+/// emptied by an earlier pass of this process (they are kept in their rows, which stay longer;
+/// `Store::prune_raw`). A new process starts from the oldest row.
+#[derive(Debug, Default)]
+pub struct RawProgress(String);
+
 async fn run(store: Store, live: LiveConfig, mut stopped: watch::Receiver<bool>) {
+    let mut raw_from = RawProgress::default();
     loop {
         let config = live.current().settings.loaded.config.retention.clone();
         let now = switchyard_store::now_millis();
-        match pass(&store, &config, now, &stopped).await {
+        match pass(&store, &config, now, &mut raw_from, &stopped).await {
             Ok(deleted) if deleted.any() => {
                 tracing::info!(
                     raw_deliveries = deleted.raw_deliveries,
@@ -87,6 +94,7 @@ pub async fn pass(
     store: &Store,
     config: &RetentionConfig,
     now: Millis,
+    raw_from: &mut RawProgress,
     stopped: &watch::Receiver<bool>,
 ) -> Result<Deleted, DbErr> {
     let mut deleted = Deleted::default();
@@ -109,10 +117,17 @@ pub async fn pass(
     })
     .await?;
     let raw_before = before(config.raw);
-    deleted.raw_deliveries = batches(config.batch, stopped, || {
-        store.prune_raw(raw_before, config.batch)
-    })
-    .await?;
+    while !*stopped.borrow() {
+        let (done, next) = store
+            .prune_raw(&raw_from.0, raw_before, config.batch)
+            .await?;
+        deleted.raw_deliveries += done.deleted;
+        raw_from.0 = next;
+        if done.selected < config.batch {
+            break;
+        }
+        tokio::time::sleep(BATCH_PAUSE).await;
+    }
     Ok(deleted)
 }
 

@@ -35,6 +35,7 @@ mod e2e {
     mod outage;
     mod pull;
     mod query_plans;
+    mod raw_in_ledger;
     mod reload;
     mod replay;
     mod retention;

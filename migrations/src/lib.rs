@@ -23,6 +23,7 @@ mod m0019_intake_entity;
 mod m0020_operator_indexes;
 mod m0021_dispatch_workflow_lag;
 mod m0022_partial_key_indexes;
+mod m0023_raw_in_ledger;
 
 pub use m0001_initial::KEY_LEN;
 
@@ -53,6 +54,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0020_operator_indexes::Migration),
             Box::new(m0021_dispatch_workflow_lag::Migration),
             Box::new(m0022_partial_key_indexes::Migration),
+            Box::new(m0023_raw_in_ledger::Migration),
         ]
     }
 }

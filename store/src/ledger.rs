@@ -1,11 +1,12 @@
-//! Reads of the intake ledger and raw deliveries (pages newest first with tenant filters, one
-//! row, raw bytes byte for byte, the console's counts), and the writer's duplicate lookup.
+//! Reads of the intake ledger and its rows' raw bytes (pages newest first with tenant filters,
+//! one row, raw bytes byte for byte, the console's counts), and the writer's duplicate lookup.
 //!
 //! Invariant: a tenant-limited caller never reads another tenant's row: every read that a
 //! caller pages through takes its tenant filter (`None`: every tenant; empty: none).
 
 use std::collections::HashMap;
 
+use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
 };
@@ -298,7 +299,35 @@ pub async fn raw<C: ConnectionTrait>(
     db: &C,
     id: &str,
 ) -> Result<Option<raw_delivery::Model>, DbErr> {
-    raw_delivery::Entity::find_by_id(id).one(db).await
+    raw_delivery::Entity::find_by_id(id)
+        .filter(raw_delivery::stored())
+        .one(db)
+        .await
+}
+
+/// Writes `raw` into its ledger row, inserted before it in the same transaction (for writers
+/// that insert the row through its entity, which leaves the bytes out). A row that is not
+/// there is an error: the bytes are never kept without it.
+pub(crate) async fn write_raw<C: ConnectionTrait>(
+    db: &C,
+    raw: raw_delivery::Model,
+) -> Result<(), DbErr> {
+    let written = raw_delivery::Entity::update_many()
+        .col_expr(
+            raw_delivery::Column::ContentType,
+            Expr::value(raw.content_type),
+        )
+        .col_expr(raw_delivery::Column::Body, Expr::value(raw.body))
+        .filter(raw_delivery::Column::Id.eq(&raw.id))
+        .exec(db)
+        .await?;
+    match written.rows_affected {
+        1 => Ok(()),
+        _ => Err(DbErr::Custom(format!(
+            "the raw bytes of `{}` have no ledger row to be written into",
+            raw.id
+        ))),
+    }
 }
 
 /// One ledger row, if the caller may see its tenant (`tenants` as in [`Filter`]).
@@ -460,6 +489,7 @@ impl Store {
         for chunk in ids.chunks(200) {
             for raw in raw_delivery::Entity::find()
                 .filter(raw_delivery::Column::Id.is_in(chunk.iter().copied()))
+                .filter(raw_delivery::stored())
                 .all(self.db())
                 .await?
             {

@@ -1,4 +1,4 @@
-//! Retention's statements: deleting expired ledger rows, raw deliveries and finished runs (with
+//! Retention's statements: deleting expired ledger rows, their raw bytes and finished runs (with
 //! their dispatch, attempts, history, members and waits) in bounded batches, and giving the
 //! space back where the database does not (SQLite, through its driver).
 //!
@@ -172,10 +172,66 @@ impl Store {
         self.prune_by_id("intake", before, batch, Some(keep)).await
     }
 
-    /// Deletes one batch of up to `batch` raw deliveries received before `before`.
-    pub async fn prune_raw(&self, before: Millis, batch: usize) -> Result<Batch, DbErr> {
-        self.prune_by_id("raw_deliveries", before, batch, None)
-            .await
+    /// Empties the raw bytes of up to `batch` ledger rows made before `before` (their
+    /// `raw_content_type` and `raw_body`; the rows stay for `retention.ledger`), oldest first,
+    /// starting at the id `from` (`""`: the oldest row). Returns the batch and where the next
+    /// one starts: the last id it emptied, or `before`'s cutoff once none is left before it.
+    ///
+    /// Emptied rows stay in the ledger, so a batch starting from the oldest row reads past
+    /// every row emptied earlier: the caller keeps `from` between passes, and only its first
+    /// pass reads them. The ids are read before the write transaction, so that read never holds
+    /// the write lock.
+    pub async fn prune_raw(
+        &self,
+        from: &str,
+        before: Millis,
+        batch: usize,
+    ) -> Result<(Batch, String), DbErr> {
+        let cutoff = cutoff_id(before);
+        let mut select = Query::select();
+        select
+            .column(Alias::new("id"))
+            .from(Alias::new("intake"))
+            .and_where(Expr::col(Alias::new("id")).gte(from))
+            .and_where(Expr::col(Alias::new("id")).lt(cutoff.as_str()))
+            .and_where(Expr::col(Alias::new("raw_body")).is_not_null())
+            .order_by(Alias::new("id"), Order::Asc)
+            .limit(batch as u64);
+        let backend = self.db().get_database_backend();
+        let ids = self
+            .db()
+            .query_all_raw(StatementBuilder::build(&select, &backend))
+            .await?
+            .iter()
+            .map(|row| row.try_get_by_index::<String>(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(last) = ids.last().cloned() else {
+            return Ok((Batch::default(), cutoff));
+        };
+        let txn = begin_write(self.db()).await?;
+        let empty = Query::update()
+            .table(Alias::new("intake"))
+            .value(Alias::new("raw_content_type"), Option::<String>::None)
+            .value(Alias::new("raw_body"), Option::<Vec<u8>>::None)
+            .and_where(Expr::col(Alias::new("id")).is_in(ids.iter().map(String::as_str)))
+            .and_where(Expr::col(Alias::new("raw_body")).is_not_null())
+            .to_owned();
+        let emptied = txn
+            .execute_raw(StatementBuilder::build(&empty, &backend))
+            .await?
+            .rows_affected();
+        txn.commit().await?;
+        let next = match ids.len() < batch {
+            true => cutoff,
+            false => last,
+        };
+        Ok((
+            Batch {
+                selected: ids.len(),
+                deleted: emptied,
+            },
+            next,
+        ))
     }
 
     async fn prune_by_id(

@@ -234,7 +234,7 @@ async fn a_sender_cannot_point_its_event_at_another_tenants_bytes() {
         };
         execute(
             &db,
-            &format!("UPDATE raw_deliveries SET body = {body} WHERE id = '{acme_intake}'"),
+            &format!("UPDATE intake SET raw_body = {body} WHERE id = '{acme_intake}'"),
         )
         .await;
         let diagnostic = replay(&daemon, super::harness::TOKEN, &json!({"tenant": "acme"})).await;

@@ -85,6 +85,8 @@ pub struct Found {
 #[derive(Debug, Default)]
 pub struct Writes {
     pub ledger: Vec<intake::Model>,
+    /// The original bytes of ledger rows that keep them, in the ledger's order, at most one
+    /// per row and with its id: written into their row ([`raw_by_row`]).
     pub raw: Vec<raw_delivery::Model>,
     /// At most one per `(source, mailbox)`: the furthest position of the batch.
     pub cursors: Vec<mailbox_cursor::Model>,
@@ -97,6 +99,29 @@ pub struct Writes {
     pub history: Vec<run_history::Model>,
     /// Flow control's rows.
     pub flow: flow::FlowWrites,
+}
+
+/// Each ledger row's raw bytes, or `None`, in the ledger's order: what a driver writes into the
+/// row's `raw_content_type` and `raw_body`. `raw` must name ledger rows in their order (as
+/// [`Writes::raw`] says); bytes that name no row, or come out of order, are refused rather
+/// than left unwritten.
+pub(crate) fn raw_by_row<R>(
+    ledger: &[intake::Model],
+    raw: impl IntoIterator<Item = R>,
+    id_of: impl Fn(&R) -> &str,
+) -> Result<Vec<Option<R>>, String> {
+    let mut raw = raw.into_iter().peekable();
+    let by_row = ledger
+        .iter()
+        .map(|row| raw.next_if(|bytes| id_of(bytes) == row.id))
+        .collect();
+    match raw.next() {
+        None => Ok(by_row),
+        Some(bytes) => Err(format!(
+            "the raw bytes of `{}` name no ledger row of their batch, or come out of its order",
+            id_of(&bytes)
+        )),
+    }
 }
 
 /// What a committed batch hands back.

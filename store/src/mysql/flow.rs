@@ -126,12 +126,6 @@ pub(super) async fn replace(txn: &DatabaseTransaction, writes: &FlowWrites) -> R
             vec![id.clone().into()],
         ))
         .await?;
-        txn.execute_raw(stmt(
-            txn,
-            "DELETE FROM raw_deliveries WHERE id = ?",
-            vec![id.clone().into()],
-        ))
-        .await?;
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait};
 use super::MySql;
 use super::flow as flow_store;
 use crate::Millis;
-use crate::entities::{dispatch, entity_lock, intake, mailbox_cursor, raw_delivery, run_history};
+use crate::entities::{dispatch, entity_lock, intake, mailbox_cursor, run_history};
 use crate::intake::flow::{FlowFound, FlowKeys};
 use crate::intake::order::{self, Steps};
 use crate::intake::pool::{failure, is_lost_race};
@@ -133,15 +133,16 @@ impl Steps for TxnSteps<'_> {
             .exec_without_returning(txn)
             .await?;
         }
-        if !raw.is_empty() {
-            raw_delivery::Entity::insert_many(raw.into_iter().map(raw_delivery::ActiveModel::from))
-                .exec_without_returning(txn)
-                .await?;
-        }
+        // Checked before the ledger rows go in: bytes naming no row of the batch are refused.
+        crate::intake::raw_by_row(&ledger, raw.iter(), |bytes| &bytes.id).map_err(DbErr::Custom)?;
         if !ledger.is_empty() {
             intake::Entity::insert_many(ledger.into_iter().map(intake::ActiveModel::from))
                 .exec_without_returning(txn)
                 .await?;
+        }
+        // Then each row's raw bytes into it.
+        for bytes in raw {
+            crate::ledger::write_raw(txn, bytes).await?;
         }
         if !cursors.is_empty() {
             mailbox_cursor::Entity::insert_many(

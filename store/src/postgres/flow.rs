@@ -124,12 +124,9 @@ pub(super) async fn replace(conn: &mut PgConnection, writes: &FlowWrites) -> Res
     if writes.replaced.is_empty() {
         return Ok(());
     }
-    sqlx::query(
-        "WITH raw AS (DELETE FROM raw_deliveries WHERE id = ANY($1::text[])) \
-         DELETE FROM intake WHERE id = ANY($1::text[]) AND outcome = 'rate_limited'",
-    )
-    .bind(&writes.replaced)
-    .execute(conn)
-    .await?;
+    sqlx::query("DELETE FROM intake WHERE id = ANY($1::text[]) AND outcome = 'rate_limited'")
+        .bind(&writes.replaced)
+        .execute(conn)
+        .await?;
     Ok(())
 }

@@ -90,7 +90,7 @@ impl Steps for TxnSteps<'_, '_> {
 const INTAKE_COLUMNS: &str = "id, source, delivery_id, scope, outcome, detail, channel, \
      event_type, tenant_id, target_entity_id, payload, raw_ref, run_id, workflow_id, \
      held_by_run_id, message_key, config_revision, received_at, decided_at, traceparent, \
-     tracestate";
+     tracestate, raw_content_type, raw_body";
 /// What a stored answer is read as; `WHERE` one of the unique indexes.
 const ANSWER_COLUMNS: &str = "SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id \
      FROM intake WHERE ";
@@ -189,8 +189,8 @@ fn leases(
     Ok(found)
 }
 
-/// Writes everything the batch decided: leases, runs, their dispatches and history, raw bytes,
-/// ledger rows, cursors.
+/// Writes everything the batch decided: leases, runs, their dispatches and history, ledger rows
+/// (with their raw bytes), cursors.
 fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
     let locks = &decided.locks;
     // A plain insert: another process that created the row meanwhile makes it fail.
@@ -300,30 +300,19 @@ fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
             ])
         },
     )?;
-    each(
-        txn,
-        "INSERT INTO raw_deliveries (id, source, content_type, body, received_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-        &decided.raw,
-        |insert, raw| {
-            insert.execute(params![
-                raw.id,
-                raw.source,
-                raw.content_type,
-                raw.body,
-                raw.received_at,
-            ])
-        },
-    )?;
+    // Each row with its raw bytes, if it keeps them.
+    let raw = crate::intake::raw_by_row(&decided.ledger, &decided.raw, |bytes| &bytes.id)
+        .map_err(<TxnSteps<'_, '_> as Steps>::refused)?;
+    let rows: Vec<_> = decided.ledger.iter().zip(raw).collect();
     each(
         txn,
         &format!(
             "INSERT INTO intake ({INTAKE_COLUMNS}) VALUES \
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-             ?19, ?20, ?21)"
+             ?19, ?20, ?21, ?22, ?23)"
         ),
-        &decided.ledger,
-        |insert, row| {
+        &rows,
+        |insert, (row, raw)| {
             insert.execute(params![
                 row.id,
                 row.source,
@@ -346,6 +335,8 @@ fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
                 row.decided_at,
                 row.traceparent,
                 row.tracestate,
+                raw.map(|bytes| &bytes.content_type),
+                raw.map(|bytes| &bytes.body),
             ])
         },
     )?;
@@ -491,12 +482,11 @@ fn replace(txn: &Transaction<'_>, writes: &FlowWrites) -> rusqlite::Result<()> {
     if writes.replaced.is_empty() {
         return Ok(());
     }
+    // The row's raw bytes go with it.
     let mut ledger =
         txn.prepare_cached("DELETE FROM intake WHERE id = ?1 AND outcome = 'rate_limited'")?;
-    let mut raw = txn.prepare_cached("DELETE FROM raw_deliveries WHERE id = ?1")?;
     for id in &writes.replaced {
         ledger.execute(params![id])?;
-        raw.execute(params![id])?;
     }
     Ok(())
 }

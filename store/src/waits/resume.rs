@@ -158,14 +158,12 @@ impl Store {
             super::resume_run(&txn, run, wait, &resume.target, resume.history_detail, now).await?;
             resumed = true;
         }
-        if let Some(raw) = write.raw {
-            raw_delivery::Entity::insert(raw_delivery::ActiveModel::from(raw))
-                .exec_without_returning(&txn)
-                .await?;
-        }
         intake::Entity::insert(intake::ActiveModel::from(write.row.clone()))
             .exec_without_returning(&txn)
             .await?;
+        if let Some(raw) = write.raw {
+            crate::ledger::write_raw(&txn, raw).await?;
+        }
         txn.commit().await?;
         Ok(Resolution::Decided {
             row: write.row,

@@ -4,7 +4,9 @@
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use switchyard_store::entities::dispatch::{self, DispatchStatus};
 use switchyard_store::entities::run::{self, RunStatus};
-use switchyard_store::entities::{dispatch_attempt, entity_lock, intake, run_history};
+use switchyard_store::entities::{
+    dispatch_attempt, entity_lock, intake, raw_delivery, run_history,
+};
 use switchyard_store::outbox::{ClaimedRun, PullTarget, Recorded, Verdict};
 use switchyard_store::{Millis, Store};
 
@@ -298,6 +300,24 @@ pub fn ledger_row(
 }
 
 /// Inserts ledger rows as the intake writer would have.
+/// Writes `raw`'s bytes into its ledger row (inserted before), as the writers do.
+pub async fn write_raw(store: &Store, raw: &raw_delivery::Model) {
+    let written = raw_delivery::Entity::update_many()
+        .col_expr(
+            raw_delivery::Column::ContentType,
+            sea_orm::sea_query::Expr::value(raw.content_type.clone()),
+        )
+        .col_expr(
+            raw_delivery::Column::Body,
+            sea_orm::sea_query::Expr::value(raw.body.clone()),
+        )
+        .filter(raw_delivery::Column::Id.eq(&raw.id))
+        .exec(store.connection())
+        .await
+        .expect("write raw");
+    assert_eq!(written.rows_affected, 1, "no ledger row {}", raw.id);
+}
+
 pub async fn insert_ledger(store: &Store, rows: &[intake::Model]) {
     for row in rows {
         intake::Entity::insert(intake::ActiveModel::from(row.clone()))

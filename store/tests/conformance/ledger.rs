@@ -160,11 +160,7 @@ async fn raw_deliveries_read_back_byte_for_byte_and_a_pruned_one_is_told_apart()
             body: vec![0, 159, 146, 150, 255, b'\n', 0],
             received_at: now,
         };
-        use sea_orm::EntityTrait;
-        raw_delivery::Entity::insert(raw_delivery::ActiveModel::from(raw.clone()))
-            .exec_without_returning(store.connection())
-            .await
-            .expect("insert raw");
+        write_raw(store, &raw).await;
         assert_eq!(
             store.raw_delivery(&kept).await.expect("raw"),
             Some(raw.clone()),

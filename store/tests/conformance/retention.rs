@@ -144,18 +144,19 @@ async fn pruning_finished_runs_deletes_only_those_of_the_status_finished_before_
     }
 }
 
-/// A raw delivery `id` received at `at`.
+/// Raw bytes for the ledger row `id`, received at `at` (kept in the row since m0023).
 async fn raw(store: &Store, id: &str, at: Millis) {
-    raw_delivery::Entity::insert(raw_delivery::ActiveModel::from(raw_delivery::Model {
-        id: id.to_owned(),
-        source: "github".into(),
-        content_type: "application/json".into(),
-        body: b"{}".to_vec(),
-        received_at: at,
-    }))
-    .exec_without_returning(store.connection())
-    .await
-    .expect("insert raw");
+    write_raw(
+        store,
+        &raw_delivery::Model {
+            id: id.to_owned(),
+            source: "github".into(),
+            content_type: "application/json".into(),
+            body: b"{}".to_vec(),
+            received_at: at,
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -226,11 +227,20 @@ async fn pruning_the_ledger_keeps_rows_a_run_still_needs_and_rows_inside_the_win
             0
         );
 
-        raw(store, &rows[3].id, old + 4).await;
+        // The bytes of a kept row older than the window go; the row stays.
+        raw(store, &rows[0].id, old + 1).await;
         raw(store, &rows[4].id, cutoff + 1).await;
-        let batch = store.prune_raw(cutoff, 10).await.expect("prune raw");
+        let (batch, next) = store.prune_raw("", cutoff, 10).await.expect("prune raw");
         assert_eq!((batch.selected, batch.deleted), (1, 1), "{backend:?}");
-        assert_eq!(store.raw_delivery(&rows[3].id).await.expect("raw"), None);
+        assert_eq!(store.raw_delivery(&rows[0].id).await.expect("raw"), None);
+        assert!(
+            store
+                .ledger_row(&rows[0].id, None)
+                .await
+                .expect("row")
+                .is_some(),
+            "{backend:?}: emptying the bytes keeps the ledger row"
+        );
         assert!(
             store
                 .raw_delivery(&rows[4].id)
@@ -238,5 +248,9 @@ async fn pruning_the_ledger_keeps_rows_a_run_still_needs_and_rows_inside_the_win
                 .expect("raw")
                 .is_some()
         );
+        // The next pass starts where this one stopped and finds nothing more.
+        assert_eq!(next, switchyard_store::cutoff_id(cutoff), "{backend:?}");
+        let (again, _) = store.prune_raw(&next, cutoff, 10).await.expect("again");
+        assert_eq!(again, Default::default(), "{backend:?}");
     }
 }

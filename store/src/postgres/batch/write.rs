@@ -46,49 +46,46 @@ WITH created AS ( \
                       budgets) \
     SELECT * FROM UNNEST($13::text[], $14::text[], $15::text[], $16::text[], $17::text[], \
                          $18::text[], $19::int8[], $20::int8[], $21::int8[], $22::int8[], \
-                         $23::int8[], $69::text[], $70::text[], $73::text[], $74::text[], \
-                         $75::int8[], $76::text[]) \
-), raw AS ( \
-    INSERT INTO raw_deliveries (id, source, content_type, body, received_at) \
-    SELECT * FROM UNNEST($24::text[], $25::text[], $26::text[], $27::bytea[], $28::int8[]) \
+                         $23::int8[], $66::text[], $67::text[], $70::text[], $71::text[], \
+                         $72::int8[], $73::text[]) \
 ), cursors AS ( \
     INSERT INTO mailbox_cursors (source, mailbox, uidvalidity, last_uid, updated_at) \
-    SELECT * FROM UNNEST($29::text[], $30::text[], $31::int8[], $32::int8[], $33::int8[]) \
+    SELECT * FROM UNNEST($26::text[], $27::text[], $28::int8[], $29::int8[], $30::int8[]) \
     ON CONFLICT (source, mailbox) DO UPDATE SET uidvalidity = excluded.uidvalidity, \
         last_uid = excluded.last_uid, updated_at = excluded.updated_at \
 ), outbox AS ( \
     INSERT INTO dispatches (id, run_id, tenant_id, workflow_id, target, status, attempts, \
                             series, due_at, created_at, updated_at, claimed_by) \
-    SELECT * FROM UNNEST($52::text[], $53::text[], $54::text[], $55::text[], $56::text[], \
-                         $57::text[], $58::int4[], $59::int4[], $60::int8[], $61::int8[], \
-                         $62::int8[], $86::text[]) \
+    SELECT * FROM UNNEST($49::text[], $50::text[], $51::text[], $52::text[], $53::text[], \
+                         $54::text[], $55::int4[], $56::int4[], $57::int8[], $58::int8[], \
+                         $59::int8[], $83::text[]) \
 ), history AS ( \
     INSERT INTO run_history (id, run_id, status, cause, detail, at) \
-    SELECT * FROM UNNEST($63::text[], $64::text[], $65::text[], $66::text[], $67::text[], \
-                         $68::int8[]) \
+    SELECT * FROM UNNEST($60::text[], $61::text[], $62::text[], $63::text[], $64::text[], \
+                         $65::int8[]) \
 ), gates AS ( \
-    UPDATE flow_gates SET tat_us = k.tat_us, updated_at = $77 \
-    FROM UNNEST($78::text[], $79::int8[]) AS k(name, tat_us) \
+    UPDATE flow_gates SET tat_us = k.tat_us, updated_at = $74 \
+    FROM UNNEST($75::text[], $76::int8[]) AS k(name, tat_us) \
     CROSS JOIN LATERAL (SELECT ctid AS row FROM flow_gates WHERE name = k.name LIMIT 1) AS g \
     WHERE flow_gates.ctid = g.row \
 ), members AS ( \
     INSERT INTO run_members (run_id, intake_id, version, joined_at) \
-    SELECT * FROM UNNEST($80::text[], $81::text[], $82::text[], $83::int8[]) \
+    SELECT * FROM UNNEST($77::text[], $78::text[], $79::text[], $80::int8[]) \
 ), due AS ( \
-    UPDATE dispatches SET due_at = k.due_at, updated_at = $77 \
-    FROM UNNEST($84::text[], $85::int8[]) AS k(id, due_at) \
+    UPDATE dispatches SET due_at = k.due_at, updated_at = $74 \
+    FROM UNNEST($81::text[], $82::int8[]) AS k(id, due_at) \
     CROSS JOIN LATERAL (SELECT ctid AS row FROM dispatches WHERE id = k.id LIMIT 1) AS d \
     WHERE dispatches.ctid = d.row \
 ) \
 INSERT INTO intake (id, source, delivery_id, outcome, detail, channel, event_type, tenant_id, \
                     target_entity_id, payload, raw_ref, run_id, workflow_id, held_by_run_id, \
                     message_key, config_revision, received_at, decided_at, traceparent, \
-                    tracestate, scope) \
-SELECT * FROM UNNEST($34::text[], $35::text[], $36::text[], $37::text[], $38::text[], \
-                     $39::text[], $40::text[], $41::text[], $42::text[], $43::text[], \
-                     $44::text[], $45::text[], $46::text[], $47::text[], $48::text[], \
-                     $49::text[], $50::int8[], $51::int8[], $71::text[], $72::text[], \
-                     $87::text[])";
+                    tracestate, scope, raw_content_type, raw_body) \
+SELECT * FROM UNNEST($31::text[], $32::text[], $33::text[], $34::text[], $35::text[], \
+                     $36::text[], $37::text[], $38::text[], $39::text[], $40::text[], \
+                     $41::text[], $42::text[], $43::text[], $44::text[], $45::text[], \
+                     $46::text[], $47::int8[], $48::int8[], $68::text[], $69::text[], \
+                     $84::text[], $24::text[], $25::bytea[])";
 
 /// Active runs whose expired lease another run took over (and their pending dispatches), found
 /// by key alone with the status checked in `SET` (`switchyard_store::by_key`). Rare, so also
@@ -109,8 +106,8 @@ const EXPIRE_RUNS: &str = "\
         finished_at = CASE WHEN status = ANY($4::text[]) THEN $2 ELSE finished_at END \
     WHERE id = ANY($3::text[])";
 
-/// Writes everything the batch decided (leases, runs, raw bytes, cursors, ledger rows, flow
-/// control's rows).
+/// Writes everything the batch decided (leases, runs, cursors, ledger rows with their raw bytes,
+/// flow control's rows).
 pub(super) async fn write(
     conn: &mut PgConnection,
     decided: Writes,
@@ -119,7 +116,7 @@ pub(super) async fn write(
 ) -> Result<(), DbErr> {
     let Writes {
         mut ledger,
-        mut raw,
+        raw,
         mut cursors,
         locks,
         mut dispatches,
@@ -133,6 +130,9 @@ pub(super) async fn write(
         ..
     } = flow;
     let annotations = crate::intake::annotate::of(&ledger);
+    // Each ledger row's raw bytes, written into the row.
+    let mut raw =
+        crate::intake::raw_by_row(&ledger, raw, |bytes| &bytes.id).map_err(DbErr::Custom)?;
     let (mut created, mut changed, mut runs) = (locks.created, locks.changed, locks.new_runs);
     let query = sqlx::query(WRITE);
     let query = bind_leases(query, &mut created);
@@ -149,11 +149,12 @@ pub(super) async fn write(
         .bind(take(&mut runs, |r| r.created_at))
         .bind(take(&mut runs, |r| r.updated_at))
         .bind(take(&mut runs, |r| r.finished_at))
-        .bind(take(&mut raw, |r| std::mem::take(&mut r.id)))
-        .bind(take(&mut raw, |r| std::mem::take(&mut r.source)))
-        .bind(take(&mut raw, |r| std::mem::take(&mut r.content_type)))
-        .bind(take(&mut raw, |r| std::mem::take(&mut r.body)))
-        .bind(take(&mut raw, |r| r.received_at))
+        .bind(take(&mut raw, |r| {
+            r.as_mut().map(|r| std::mem::take(&mut r.content_type))
+        }))
+        .bind(take(&mut raw, |r| {
+            r.as_mut().map(|r| std::mem::take(&mut r.body))
+        }))
         .bind(take(&mut cursors, |c| std::mem::take(&mut c.source)))
         .bind(take(&mut cursors, |c| std::mem::take(&mut c.mailbox)))
         .bind(take(&mut cursors, |c| c.uidvalidity))
