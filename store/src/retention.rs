@@ -40,6 +40,8 @@ const NEEDS_LEDGER_ROW: &str = "('queued', 'dispatched', 'needs_input', 'dead_le
 /// Rows deleted, per table.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Deleted {
+    /// Ledger rows whose raw bytes were emptied (named after the table the bytes had before
+    /// m0023, as the retention log line still is).
     pub raw_deliveries: u64,
     pub intake: u64,
     pub runs: u64,
