@@ -6,9 +6,10 @@
 
 use std::collections::HashMap;
 
-use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::{DynIden, Expr, IntoIden, Query, SimpleExpr};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, Iterable, QueryFilter,
+    QueryOrder, QuerySelect, StatementBuilder,
 };
 
 use super::entities::{intake, raw_delivery};
@@ -305,29 +306,49 @@ pub async fn raw<C: ConnectionTrait>(
         .await
 }
 
-/// Writes `raw` into its ledger row, inserted before it in the same transaction (for writers
-/// that insert the row through its entity, which leaves the bytes out). A row that is not
-/// there is an error: the bytes are never kept without it.
-pub(crate) async fn write_raw<C: ConnectionTrait>(
+/// Inserts `ledger` rows with their raw bytes in one multi-row `INSERT`: the entity's columns,
+/// then `raw_content_type` and `raw_body` (which the entity leaves out; `NULL` for a row without
+/// bytes). For the writers that go through sea-orm (MySQL's batches, a wait's resume); SQLite's
+/// and PostgreSQL's batches name the two columns in their own statements. `raw` is in the
+/// ledger's order ([`crate::intake::raw_by_row`]): bytes naming no row are refused.
+pub(crate) async fn insert_with_raw<C: ConnectionTrait>(
     db: &C,
-    raw: raw_delivery::Model,
+    ledger: Vec<intake::Model>,
+    raw: Vec<raw_delivery::Model>,
 ) -> Result<(), DbErr> {
-    let written = raw_delivery::Entity::update_many()
-        .col_expr(
-            raw_delivery::Column::ContentType,
-            Expr::value(raw.content_type),
-        )
-        .col_expr(raw_delivery::Column::Body, Expr::value(raw.body))
-        .filter(raw_delivery::Column::Id.eq(&raw.id))
-        .exec(db)
-        .await?;
-    match written.rows_affected {
-        1 => Ok(()),
-        _ => Err(DbErr::Custom(format!(
-            "the raw bytes of `{}` have no ledger row to be written into",
-            raw.id
-        ))),
+    let raw = crate::intake::raw_by_row(&ledger, raw, |bytes| &bytes.id).map_err(DbErr::Custom)?;
+    if ledger.is_empty() {
+        return Ok(());
     }
+    let columns: Vec<DynIden> = intake::Column::iter()
+        .map(IntoIden::into_iden)
+        .chain([
+            raw_delivery::Column::ContentType.into_iden(),
+            raw_delivery::Column::Body.into_iden(),
+        ])
+        .collect();
+    let mut insert = Query::insert();
+    insert.into_table(intake::Entity).columns(columns);
+    for (row, bytes) in ledger.into_iter().zip(raw) {
+        let row = intake::ActiveModel::from(row);
+        let mut values = intake::Column::iter()
+            .map(|column| {
+                row.get(column)
+                    .into_value()
+                    .map(SimpleExpr::from)
+                    .ok_or_else(|| DbErr::Custom(format!("ledger column {column:?} unset")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (content_type, body) = bytes.map(|b| (b.content_type, b.body)).unzip();
+        values.push(Expr::value(content_type));
+        values.push(Expr::value(body));
+        insert
+            .values(values)
+            .map_err(|error| DbErr::Custom(error.to_string()))?;
+    }
+    db.execute_raw(StatementBuilder::build(&insert, &db.get_database_backend()))
+        .await?;
+    Ok(())
 }
 
 /// One ledger row, if the caller may see its tenant (`tenants` as in [`Filter`]).

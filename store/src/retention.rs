@@ -20,6 +20,7 @@
 use sea_orm::sea_query::{Alias, Expr, ExprTrait, LockBehavior, LockType, Order, Query};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, StatementBuilder};
 
+use crate::entities::raw_delivery;
 use crate::entities::run::RunStatus;
 use crate::runs::begin_write;
 use crate::{Millis, Store, cutoff_id};
@@ -68,8 +69,8 @@ pub struct Batch {
 
 /// The ids (`id` column) of up to `batch` rows of `table` made before `cutoff`, oldest first,
 /// that `keep` (an SQL condition) does not name.
-async fn select_ids(
-    txn: &DatabaseTransaction,
+async fn select_ids<C: ConnectionTrait>(
+    txn: &C,
     table: &str,
     conditions: Vec<Expr>,
     batch: usize,
@@ -190,34 +191,25 @@ impl Store {
         batch: usize,
     ) -> Result<(Batch, String), DbErr> {
         let cutoff = cutoff_id(before);
-        let mut select = Query::select();
-        select
-            .column(Alias::new("id"))
-            .from(Alias::new("intake"))
-            .and_where(Expr::col(Alias::new("id")).gte(from))
-            .and_where(Expr::col(Alias::new("id")).lt(cutoff.as_str()))
-            .and_where(Expr::col(Alias::new("raw_body")).is_not_null())
-            .order_by(Alias::new("id"), Order::Asc)
-            .limit(batch as u64);
-        let backend = self.db().get_database_backend();
-        let ids = self
-            .db()
-            .query_all_raw(StatementBuilder::build(&select, &backend))
-            .await?
-            .iter()
-            .map(|row| row.try_get_by_index::<String>(0))
-            .collect::<Result<Vec<_>, _>>()?;
+        let kept = || Expr::col(raw_delivery::Column::Body).is_not_null();
+        let conditions = vec![
+            Expr::col(Alias::new("id")).gte(from),
+            Expr::col(Alias::new("id")).lt(cutoff.as_str()),
+            kept(),
+        ];
+        let ids = select_ids(self.db(), "intake", conditions, batch, false).await?;
         let Some(last) = ids.last().cloned() else {
             return Ok((Batch::default(), cutoff));
         };
         let txn = begin_write(self.db()).await?;
         let empty = Query::update()
-            .table(Alias::new("intake"))
-            .value(Alias::new("raw_content_type"), Option::<String>::None)
-            .value(Alias::new("raw_body"), Option::<Vec<u8>>::None)
+            .table(raw_delivery::Entity)
+            .value(raw_delivery::Column::ContentType, Option::<String>::None)
+            .value(raw_delivery::Column::Body, Option::<Vec<u8>>::None)
             .and_where(Expr::col(Alias::new("id")).is_in(ids.iter().map(String::as_str)))
-            .and_where(Expr::col(Alias::new("raw_body")).is_not_null())
+            .and_where(kept())
             .to_owned();
+        let backend = self.db().get_database_backend();
         let emptied = txn
             .execute_raw(StatementBuilder::build(&empty, &backend))
             .await?

@@ -3,16 +3,13 @@
 
 use std::collections::HashMap;
 
-use sea_orm::sea_query::{DynIden, Expr, IntoIden, OnConflict, Query, SimpleExpr};
-use sea_orm::{
-    ActiveModelTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
-    Iterable, StatementBuilder,
-};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait};
 
 use super::MySql;
 use super::flow as flow_store;
 use crate::Millis;
-use crate::entities::{dispatch, entity_lock, intake, mailbox_cursor, raw_delivery, run_history};
+use crate::entities::{dispatch, entity_lock, intake, mailbox_cursor, run_history};
 use crate::intake::flow::{FlowFound, FlowKeys};
 use crate::intake::order::{self, Steps};
 use crate::intake::pool::{failure, is_lost_race};
@@ -136,7 +133,7 @@ impl Steps for TxnSteps<'_> {
             .exec_without_returning(txn)
             .await?;
         }
-        insert_ledger(txn, ledger, raw).await?;
+        crate::ledger::insert_with_raw(txn, ledger, raw).await?;
         if !cursors.is_empty() {
             mailbox_cursor::Entity::insert_many(
                 cursors.into_iter().map(mailbox_cursor::ActiveModel::from),
@@ -162,50 +159,4 @@ impl Steps for TxnSteps<'_> {
     fn refused(detail: String) -> DbErr {
         DbErr::Custom(detail)
     }
-}
-
-/// The batch's ledger rows with their raw bytes, in one multi-row `INSERT`: the entity's
-/// columns, then `raw_content_type` and `raw_body` (which the entity leaves out; `NULL` for a
-/// row without bytes). Bytes naming no row of the batch are refused.
-async fn insert_ledger(
-    txn: &DatabaseTransaction,
-    ledger: Vec<intake::Model>,
-    raw: Vec<raw_delivery::Model>,
-) -> Result<(), DbErr> {
-    let raw = crate::intake::raw_by_row(&ledger, raw, |bytes| &bytes.id).map_err(DbErr::Custom)?;
-    if ledger.is_empty() {
-        return Ok(());
-    }
-    let columns: Vec<DynIden> = intake::Column::iter()
-        .map(IntoIden::into_iden)
-        .chain([
-            raw_delivery::Column::ContentType.into_iden(),
-            raw_delivery::Column::Body.into_iden(),
-        ])
-        .collect();
-    let mut insert = Query::insert();
-    insert.into_table(intake::Entity).columns(columns);
-    for (row, bytes) in ledger.into_iter().zip(raw) {
-        let row = intake::ActiveModel::from(row);
-        let mut values = intake::Column::iter()
-            .map(|column| {
-                row.get(column)
-                    .into_value()
-                    .map(SimpleExpr::from)
-                    .ok_or_else(|| DbErr::Custom(format!("ledger column {column:?} unset")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let (content_type, body) = bytes.map(|b| (b.content_type, b.body)).unzip();
-        values.push(Expr::value(content_type));
-        values.push(Expr::value(body));
-        insert
-            .values(values)
-            .map_err(|error| DbErr::Custom(error.to_string()))?;
-    }
-    txn.execute_raw(StatementBuilder::build(
-        &insert,
-        &txn.get_database_backend(),
-    ))
-    .await?;
-    Ok(())
 }

@@ -158,12 +158,12 @@ impl Store {
             super::resume_run(&txn, run, wait, &resume.target, resume.history_detail, now).await?;
             resumed = true;
         }
-        intake::Entity::insert(intake::ActiveModel::from(write.row.clone()))
-            .exec_without_returning(&txn)
-            .await?;
-        if let Some(raw) = write.raw {
-            crate::ledger::write_raw(&txn, raw).await?;
-        }
+        crate::ledger::insert_with_raw(
+            &txn,
+            vec![write.row.clone()],
+            write.raw.into_iter().collect(),
+        )
+        .await?;
         txn.commit().await?;
         Ok(Resolution::Decided {
             row: write.row,
