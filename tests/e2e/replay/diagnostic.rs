@@ -35,7 +35,12 @@ async fn a_mixed_day_replays_exactly_writes_nothing_live_and_a_candidate_moves_w
         })
         .await;
         let (status, finished) = daemon.finish(&run_id(&first), "completed").await;
-        assert_eq!(status, StatusCode::OK, "{backend:?}: {finished}");
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{backend:?}: {finished}\n{}",
+            daemon.logs()
+        );
         let after = send_zendesk(&daemon, zendesk(COMMENT_ADDED, "evt-3", "5158")).await;
         assert_eq!(after["outcome"], "routed", "{backend:?}: {after}");
         let invalid = send_zendesk(&daemon, b"{not json".to_vec()).await;
