@@ -7,12 +7,18 @@
 //! (checked in the update's WHERE clause for a single row, or on the rows read under lock in
 //! this transaction for a set), and everything but its attempt row follows from that; lists
 //! of keys are filtered on the key alone ([`crate::by_key`]).
+//!
+//! Lock order: the runs it changes, then their dispatches, then leases: the order of every
+//! transaction that changes a run and its dispatch (a worker's finish or heartbeat, a wait
+//! opened or fired, a deadline's end). A recording that locked the dispatch first would wait
+//! for a finish that waits for it, until the database refused one of them.
 
 use std::collections::HashMap;
 
 use sea_orm::sea_query::{Expr, ExprTrait, SimpleExpr};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect, UpdateMany, Value,
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, UpdateMany, Value,
 };
 
 use super::machine::{
@@ -30,6 +36,7 @@ pub(crate) async fn apply<C: ConnectionTrait>(
     if changes.is_empty() {
         return Ok(applied);
     }
+    lock_runs(txn, changes).await?;
     apply_dispatches(txn, changes, &mut applied).await?;
     let ended = apply_runs(txn, changes, &applied).await?;
     let mut history: Vec<run_history::ActiveModel> = Vec::new();
@@ -61,6 +68,33 @@ pub(crate) async fn apply<C: ConnectionTrait>(
             .await?;
     }
     Ok(applied)
+}
+
+/// Locks the rows of the runs `changes` change, in id order, before anything else (the lock
+/// order above). SQLite needs none: its writers take turns.
+async fn lock_runs<C: ConnectionTrait>(txn: &C, changes: &[Change]) -> Result<(), DbErr> {
+    if txn.get_database_backend() == DbBackend::Sqlite {
+        return Ok(());
+    }
+    let mut ids: Vec<&str> = changes
+        .iter()
+        .filter_map(|change| change.run.as_ref().map(|run| run.run_id.as_str()))
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    run::Entity::find()
+        .select_only()
+        .column(run::Column::Id)
+        .filter(run::Column::Id.is_in(ids))
+        .order_by_asc(run::Column::Id)
+        .lock_exclusive()
+        .into_tuple::<String>()
+        .all(txn)
+        .await?;
+    Ok(())
 }
 
 /// Writes the dispatch rows: changes that set the same fields together, each only while its

@@ -3,6 +3,7 @@
 
 mod claims;
 mod leases;
+mod lock_order;
 mod records;
 
 /// The shared fixtures, under the name the outbox's modules use.
