@@ -50,7 +50,10 @@ async fn recording_an_attempt_while_a_worker_finishes_the_run_waits_for_it_inste
             .filter(dispatch::Column::RunId.eq(r.run.id.as_str()))
             .exec(&finishing)
             .await;
-        assert!(closed.is_ok(), "{backend:?}: the finish was refused: {closed:?}");
+        assert!(
+            closed.is_ok(),
+            "{backend:?}: the finish was refused: {closed:?}"
+        );
         finishing.commit().await.expect("commit the finish");
 
         let recorded = recording.await.expect("join");
