@@ -1,9 +1,11 @@
-//! SQLite's own statements for the intake batch: cached single-row statements on the writer
-//! thread's connection, in `BEGIN IMMEDIATE` (which already serialises writers: a read is a
-//! lock). The batch's order is `intake::order`'s.
+//! SQLite's own statements for the intake batch: cached statements on the writer thread's
+//! connection, in `BEGIN IMMEDIATE` (which already serialises writers: a read is a lock); new
+//! rows go in as multi-row inserts ([`insert_rows`]), updates one row at a time. The batch's
+//! order is `intake::order`'s.
 
 use std::collections::HashMap;
 
+use rusqlite::types::ToSql;
 use rusqlite::{CachedStatement, OptionalExtension, Transaction, params};
 
 use super::Sqlite;
@@ -194,13 +196,19 @@ fn leases(
 fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
     let locks = &decided.locks;
     // A plain insert: another process that created the row meanwhile makes it fail.
-    each(
+    insert_rows(
         txn,
-        "INSERT INTO entity_locks \
-         (tenant_id, target_entity_id, run_id, fencing_token, expires_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "entity_locks (tenant_id, target_entity_id, run_id, fencing_token, expires_at, updated_at)",
         &locks.created,
-        |insert, lease| insert.execute(lease_params(lease)),
+        |lease, bind| {
+            bind(&lease.tenant_id)?;
+            bind(&lease.target_entity_id)?;
+            bind(&lease.run_id)?;
+            bind(&lease.fencing_token)?;
+            bind(&lease.expires_at)?;
+            bind(&lease.updated_at)?;
+            Ok(())
+        },
     )?;
     each(
         txn,
@@ -209,33 +217,31 @@ fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
         &locks.changed,
         |update, lease| update.execute(lease_params(lease)),
     )?;
-    each(
+    insert_rows(
         txn,
-        "INSERT INTO runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, \
+        "runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, \
          fencing_token, lock_ttl_ms, created_at, updated_at, finished_at, traceparent, \
-         tracestate, config_revision, principal_id, deadline_at, budgets) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+         tracestate, config_revision, principal_id, deadline_at, budgets)",
         &locks.new_runs,
-        |insert, run| {
-            insert.execute(params![
-                run.id,
-                run.tenant_id,
-                run.workflow_id,
-                run.target_entity_id,
-                run.intake_id,
-                run.status.as_str(),
-                run.fencing_token,
-                run.lock_ttl_ms,
-                run.created_at,
-                run.updated_at,
-                run.finished_at,
-                run.traceparent,
-                run.tracestate,
-                run.config_revision,
-                run.principal_id,
-                run.deadline_at,
-                run.budgets,
-            ])
+        |run, bind| {
+            bind(&run.id)?;
+            bind(&run.tenant_id)?;
+            bind(&run.workflow_id)?;
+            bind(&run.target_entity_id)?;
+            bind(&run.intake_id)?;
+            bind(&run.status.as_str())?;
+            bind(&run.fencing_token)?;
+            bind(&run.lock_ttl_ms)?;
+            bind(&run.created_at)?;
+            bind(&run.updated_at)?;
+            bind(&run.finished_at)?;
+            bind(&run.traceparent)?;
+            bind(&run.tracestate)?;
+            bind(&run.config_revision)?;
+            bind(&run.principal_id)?;
+            bind(&run.deadline_at)?;
+            bind(&run.budgets)?;
+            Ok(())
         },
     )?;
     each(
@@ -261,27 +267,25 @@ fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
         &locks.expired_runs,
         |cancel, run_id| cancel.execute(params![run_id, locks.now]),
     )?;
-    each(
+    insert_rows(
         txn,
-        "INSERT INTO dispatches (id, run_id, tenant_id, workflow_id, target, status, attempts, \
-         series, due_at, created_at, updated_at, claimed_by) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        "dispatches (id, run_id, tenant_id, workflow_id, target, status, attempts, \
+         series, due_at, created_at, updated_at, claimed_by)",
         &decided.dispatches,
-        |insert, d| {
-            insert.execute(params![
-                d.id,
-                d.run_id,
-                d.tenant_id,
-                d.workflow_id,
-                d.target,
-                d.status.as_str(),
-                d.attempts,
-                d.series,
-                d.due_at,
-                d.created_at,
-                d.updated_at,
-                d.claimed_by,
-            ])
+        |d, bind| {
+            bind(&d.id)?;
+            bind(&d.run_id)?;
+            bind(&d.tenant_id)?;
+            bind(&d.workflow_id)?;
+            bind(&d.target)?;
+            bind(&d.status.as_str())?;
+            bind(&d.attempts)?;
+            bind(&d.series)?;
+            bind(&d.due_at)?;
+            bind(&d.created_at)?;
+            bind(&d.updated_at)?;
+            bind(&d.claimed_by)?;
+            Ok(())
         },
     )?;
     each(
@@ -304,40 +308,35 @@ fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
     let raw = crate::intake::raw_by_row(&decided.ledger, &decided.raw, |bytes| &bytes.id)
         .map_err(<TxnSteps<'_, '_> as Steps>::refused)?;
     let rows: Vec<_> = decided.ledger.iter().zip(raw).collect();
-    each(
+    insert_rows(
         txn,
-        &format!(
-            "INSERT INTO intake ({INTAKE_COLUMNS}) VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-             ?19, ?20, ?21, ?22, ?23)"
-        ),
+        &format!("intake ({INTAKE_COLUMNS})"),
         &rows,
-        |insert, (row, raw)| {
-            insert.execute(params![
-                row.id,
-                row.source,
-                row.delivery_id,
-                row.scope,
-                row.outcome,
-                row.detail,
-                row.channel,
-                row.event_type,
-                row.tenant_id,
-                row.target_entity_id,
-                row.payload,
-                row.raw_ref,
-                row.run_id,
-                row.workflow_id,
-                row.held_by_run_id,
-                row.message_key,
-                row.config_revision,
-                row.received_at,
-                row.decided_at,
-                row.traceparent,
-                row.tracestate,
-                raw.map(|bytes| &bytes.content_type),
-                raw.map(|bytes| &bytes.body),
-            ])
+        |(row, raw), bind| {
+            bind(&row.id)?;
+            bind(&row.source)?;
+            bind(&row.delivery_id)?;
+            bind(&row.scope)?;
+            bind(&row.outcome)?;
+            bind(&row.detail)?;
+            bind(&row.channel)?;
+            bind(&row.event_type)?;
+            bind(&row.tenant_id)?;
+            bind(&row.target_entity_id)?;
+            bind(&row.payload)?;
+            bind(&row.raw_ref)?;
+            bind(&row.run_id)?;
+            bind(&row.workflow_id)?;
+            bind(&row.held_by_run_id)?;
+            bind(&row.message_key)?;
+            bind(&row.config_revision)?;
+            bind(&row.received_at)?;
+            bind(&row.decided_at)?;
+            bind(&row.traceparent)?;
+            bind(&row.tracestate)?;
+            bind(&raw.map(|bytes| &bytes.content_type))?;
+            bind(&raw.map(|bytes| &bytes.body))?;
+            Ok(())
         },
     )?;
     each(
@@ -362,6 +361,66 @@ fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
                 cursor.updated_at,
             ])
         },
+    )
+}
+
+/// How many rows one `INSERT` of [`insert_rows`] carries: a batch's rows go in as few
+/// statements as these sizes allow, so each table has at most three cached statements. A
+/// statement per row paid SQLite's per-statement work (the program run from its start, a cursor
+/// opened and closed on the table and on each of its indexes) once per row.
+const ROWS_PER_INSERT: [usize; 3] = [16, 4, 1];
+
+/// Binds a row's next value.
+type Bind<'b> = dyn FnMut(&dyn ToSql) -> rusqlite::Result<()> + 'b;
+
+/// Inserts `items` (none: nothing is prepared) into `into` (`table (columns)`) with multi-row
+/// `INSERT OR ROLLBACK`s, `values` binding each row's values in column order. A plain insert: a
+/// row that exists fails it, as one row's insert would. `OR ROLLBACK` ends the transaction at
+/// once, as the writer does on any error (the whole batch is tried again or failed), so SQLite
+/// keeps no statement journal to undo a multi-row statement alone: that journal cost more than
+/// the rows saved (BENCHMARKS.md round 26).
+fn insert_rows<T>(
+    txn: &Transaction<'_>,
+    into: &str,
+    items: &[T],
+    values: impl Fn(&T, &mut Bind<'_>) -> rusqlite::Result<()>,
+) -> rusqlite::Result<()> {
+    let columns = into
+        .rsplit_once('(')
+        .map_or(0, |(_, list)| list.split(',').count());
+    let mut rest = items;
+    while !rest.is_empty() {
+        let size = ROWS_PER_INSERT
+            .into_iter()
+            .find(|size| *size <= rest.len())
+            .unwrap_or(1);
+        let (chunk, after) = rest.split_at(size);
+        let mut insert = txn.prepare_cached(&multi_row_insert(into, size, columns))?;
+        let mut bound = 0;
+        for item in chunk {
+            values(item, &mut |value| {
+                bound += 1;
+                insert.raw_bind_parameter(bound, value)
+            })?;
+        }
+        if bound != size * columns {
+            return Err(rusqlite::Error::InvalidParameterCount(
+                bound,
+                size * columns,
+            ));
+        }
+        insert.raw_execute()?;
+        rest = after;
+    }
+    Ok(())
+}
+
+/// `INSERT OR ROLLBACK INTO into VALUES (?, ...), ...`: `rows` rows of `columns` placeholders.
+fn multi_row_insert(into: &str, rows: usize, columns: usize) -> String {
+    let row = format!("({})", vec!["?"; columns].join(", "));
+    format!(
+        "INSERT OR ROLLBACK INTO {into} VALUES {}",
+        vec![row; rows].join(", ")
     )
 }
 

@@ -1,5 +1,5 @@
 //! The SQLite intake writer: one thread with its own connection decides each batch in one
-//! `BEGIN IMMEDIATE` transaction with cached single-row statements.
+//! `BEGIN IMMEDIATE` transaction with cached statements (`intake.rs`).
 //!
 //! SQLite has one writer at a time, so the whole group commit runs on this thread: no statement
 //! crosses to another thread and back (sqlx runs each statement on its own worker thread, and on
@@ -44,7 +44,7 @@ fn open(path: &Path, durability: Durability) -> Result<Connection, String> {
             },
         )?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.set_prepared_statement_cache_capacity(32);
+        conn.set_prepared_statement_cache_capacity(64);
         // Checkpoints run on their own thread (`checkpoint`).
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         Ok(conn)

@@ -303,6 +303,101 @@ async fn a_batch_writes_every_row_it_decided_and_later_batches_find_them_by_thei
     }
 }
 
+/// One batch of 21 routed deliveries, more rows than one multi-row statement of each size the
+/// SQLite writer uses (16, 4 and 1) carries: every row lands in every table with its own values.
+#[tokio::test]
+async fn a_large_batch_writes_every_row_with_its_own_values() {
+    const ROWS: usize = 21;
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let writer = writers(store);
+        let (_, ended) = submit(
+            &writer,
+            ("", "big-0"),
+            "big-ticket-0",
+            false,
+            Arc::new(|_, now| {
+                let mut all = Writes::default();
+                all.locks.now = now;
+                for n in 0..ROWS {
+                    let mut one = routed_writes(
+                        "",
+                        &format!("big-{n}"),
+                        &format!("big-run-{n}"),
+                        &format!("big-ticket-{n}"),
+                        now + n as Millis,
+                    );
+                    one.raw[0].body = format!("{{\"ticket\":{n}}}").into_bytes();
+                    all.locks.created.append(&mut one.locks.created);
+                    all.locks.new_runs.append(&mut one.locks.new_runs);
+                    all.dispatches.append(&mut one.dispatches);
+                    all.raw.append(&mut one.raw);
+                    all.ledger.append(&mut one.ledger);
+                }
+                all
+            }),
+        )
+        .await;
+        assert!(ended.is_ok(), "{backend:?}: {ended:?}");
+        let now = ledger(store, "big-0").await.expect("row 0").received_at;
+        for n in 0..ROWS {
+            let (id, run_id, entity) = (
+                format!("big-{n}"),
+                format!("big-run-{n}"),
+                format!("big-ticket-{n}"),
+            );
+            let row = ledger(store, &id).await.expect("the ledger row");
+            assert_eq!(
+                (
+                    row.outcome.as_str(),
+                    row.run_id.as_deref(),
+                    row.target_entity_id.as_deref(),
+                    row.received_at - now,
+                ),
+                (
+                    "routed",
+                    Some(run_id.as_str()),
+                    Some(entity.as_str()),
+                    n as Millis
+                ),
+                "{backend:?}: row {n}"
+            );
+            let raw = raw_delivery::Entity::find_by_id(id.clone())
+                .one(store.connection())
+                .await
+                .expect("read raw")
+                .expect("the raw bytes");
+            assert_eq!(
+                raw.body,
+                format!("{{\"ticket\":{n}}}").into_bytes(),
+                "{backend:?}"
+            );
+            let run = run_of(store, &run_id).await;
+            assert_eq!(
+                (
+                    run.target_entity_id.as_str(),
+                    run.intake_id.as_str(),
+                    run.status
+                ),
+                (entity.as_str(), id.as_str(), RunStatus::Queued),
+                "{backend:?}: run {n}"
+            );
+            let lease = lease_of(store, &run).await;
+            assert_eq!(
+                (lease.run_id.as_deref(), lease.expires_at - now),
+                (Some(run_id.as_str()), TTL + n as Millis),
+                "{backend:?}: lease {n}"
+            );
+            let dispatch = dispatch_of(store, &format!("dispatch-{run_id}")).await;
+            assert_eq!(
+                (dispatch.run_id.as_str(), dispatch.status),
+                (run_id.as_str(), DispatchStatus::Pending),
+                "{backend:?}: dispatch {n}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_batch_that_fails_after_its_writes_leaves_nothing_behind() {
     for test in TestStore::all().await {
