@@ -76,19 +76,18 @@ async fn lock_runs<C: ConnectionTrait>(txn: &C, changes: &[Change]) -> Result<()
     if txn.get_database_backend() == DbBackend::Sqlite {
         return Ok(());
     }
-    let mut ids: Vec<&str> = changes
+    let mut ids: Vec<String> = changes
         .iter()
-        .filter_map(|change| change.run.as_ref().map(|run| run.run_id.as_str()))
+        .filter_map(|change| change.run.as_ref().map(|run| run.run_id.clone()))
         .collect();
     if ids.is_empty() {
         return Ok(());
     }
     ids.sort_unstable();
     ids.dedup();
-    run::Entity::find()
+    crate::by_key::runs(ids)
         .select_only()
         .column(run::Column::Id)
-        .filter(run::Column::Id.is_in(ids))
         .order_by_asc(run::Column::Id)
         .lock_exclusive()
         .into_tuple::<String>()
