@@ -1,9 +1,10 @@
 //! SQLite's own statements for the intake batch: cached statements on the writer thread's
 //! connection, in `BEGIN IMMEDIATE` (which already serialises writers: a read is a lock); new
-//! rows go in as multi-row inserts ([`insert_rows`]), updates one row at a time. The batch's
+//! rows go in as multi-row inserts ([`RowInsert`]), updates one row at a time. The batch's
 //! order is `intake::order`'s.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use rusqlite::types::ToSql;
 use rusqlite::{CachedStatement, OptionalExtension, Transaction, params};
@@ -89,10 +90,25 @@ impl Steps for TxnSteps<'_, '_> {
     }
 }
 
-const INTAKE_COLUMNS: &str = "id, source, delivery_id, scope, outcome, detail, channel, \
-     event_type, tenant_id, target_entity_id, payload, raw_ref, run_id, workflow_id, \
-     held_by_run_id, message_key, config_revision, received_at, decided_at, traceparent, \
-     tracestate, raw_content_type, raw_body";
+/// The batch's new rows, each table's statements built once ([`RowInsert`]).
+static LEASES: RowInsert = RowInsert::new(
+    "entity_locks (tenant_id, target_entity_id, run_id, fencing_token, expires_at, updated_at)",
+);
+static RUNS: RowInsert = RowInsert::new(
+    "runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, fencing_token, \
+     lock_ttl_ms, created_at, updated_at, finished_at, traceparent, tracestate, config_revision, \
+     principal_id, deadline_at, budgets)",
+);
+static DISPATCHES: RowInsert = RowInsert::new(
+    "dispatches (id, run_id, tenant_id, workflow_id, target, status, attempts, series, due_at, \
+     created_at, updated_at, claimed_by)",
+);
+static LEDGER: RowInsert = RowInsert::new(
+    "intake (id, source, delivery_id, scope, outcome, detail, channel, event_type, tenant_id, \
+     target_entity_id, payload, raw_ref, run_id, workflow_id, held_by_run_id, message_key, \
+     config_revision, received_at, decided_at, traceparent, tracestate, raw_content_type, \
+     raw_body)",
+);
 /// What a stored answer is read as; `WHERE` one of the unique indexes.
 const ANSWER_COLUMNS: &str = "SELECT id, outcome, detail, run_id, workflow_id, held_by_run_id \
      FROM intake WHERE ";
@@ -196,20 +212,15 @@ fn leases(
 fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
     let locks = &decided.locks;
     // A plain insert: another process that created the row meanwhile makes it fail.
-    insert_rows(
-        txn,
-        "entity_locks (tenant_id, target_entity_id, run_id, fencing_token, expires_at, updated_at)",
-        &locks.created,
-        |lease, bind| {
-            bind(&lease.tenant_id)?;
-            bind(&lease.target_entity_id)?;
-            bind(&lease.run_id)?;
-            bind(&lease.fencing_token)?;
-            bind(&lease.expires_at)?;
-            bind(&lease.updated_at)?;
-            Ok(())
-        },
-    )?;
+    LEASES.insert(txn, &locks.created, |lease, bind| {
+        bind(&lease.tenant_id)?;
+        bind(&lease.target_entity_id)?;
+        bind(&lease.run_id)?;
+        bind(&lease.fencing_token)?;
+        bind(&lease.expires_at)?;
+        bind(&lease.updated_at)?;
+        Ok(())
+    })?;
     each(
         txn,
         "UPDATE entity_locks SET run_id = ?3, fencing_token = ?4, expires_at = ?5, \
@@ -217,33 +228,26 @@ fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
         &locks.changed,
         |update, lease| update.execute(lease_params(lease)),
     )?;
-    insert_rows(
-        txn,
-        "runs (id, tenant_id, workflow_id, target_entity_id, intake_id, status, \
-         fencing_token, lock_ttl_ms, created_at, updated_at, finished_at, traceparent, \
-         tracestate, config_revision, principal_id, deadline_at, budgets)",
-        &locks.new_runs,
-        |run, bind| {
-            bind(&run.id)?;
-            bind(&run.tenant_id)?;
-            bind(&run.workflow_id)?;
-            bind(&run.target_entity_id)?;
-            bind(&run.intake_id)?;
-            bind(&run.status.as_str())?;
-            bind(&run.fencing_token)?;
-            bind(&run.lock_ttl_ms)?;
-            bind(&run.created_at)?;
-            bind(&run.updated_at)?;
-            bind(&run.finished_at)?;
-            bind(&run.traceparent)?;
-            bind(&run.tracestate)?;
-            bind(&run.config_revision)?;
-            bind(&run.principal_id)?;
-            bind(&run.deadline_at)?;
-            bind(&run.budgets)?;
-            Ok(())
-        },
-    )?;
+    RUNS.insert(txn, &locks.new_runs, |run, bind| {
+        bind(&run.id)?;
+        bind(&run.tenant_id)?;
+        bind(&run.workflow_id)?;
+        bind(&run.target_entity_id)?;
+        bind(&run.intake_id)?;
+        bind(&run.status.as_str())?;
+        bind(&run.fencing_token)?;
+        bind(&run.lock_ttl_ms)?;
+        bind(&run.created_at)?;
+        bind(&run.updated_at)?;
+        bind(&run.finished_at)?;
+        bind(&run.traceparent)?;
+        bind(&run.tracestate)?;
+        bind(&run.config_revision)?;
+        bind(&run.principal_id)?;
+        bind(&run.deadline_at)?;
+        bind(&run.budgets)?;
+        Ok(())
+    })?;
     each(
         txn,
         "UPDATE runs SET status = ?2, updated_at = ?3, finished_at = ?3 \
@@ -267,27 +271,21 @@ fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
         &locks.expired_runs,
         |cancel, run_id| cancel.execute(params![run_id, locks.now]),
     )?;
-    insert_rows(
-        txn,
-        "dispatches (id, run_id, tenant_id, workflow_id, target, status, attempts, \
-         series, due_at, created_at, updated_at, claimed_by)",
-        &decided.dispatches,
-        |d, bind| {
-            bind(&d.id)?;
-            bind(&d.run_id)?;
-            bind(&d.tenant_id)?;
-            bind(&d.workflow_id)?;
-            bind(&d.target)?;
-            bind(&d.status.as_str())?;
-            bind(&d.attempts)?;
-            bind(&d.series)?;
-            bind(&d.due_at)?;
-            bind(&d.created_at)?;
-            bind(&d.updated_at)?;
-            bind(&d.claimed_by)?;
-            Ok(())
-        },
-    )?;
+    DISPATCHES.insert(txn, &decided.dispatches, |d, bind| {
+        bind(&d.id)?;
+        bind(&d.run_id)?;
+        bind(&d.tenant_id)?;
+        bind(&d.workflow_id)?;
+        bind(&d.target)?;
+        bind(&d.status.as_str())?;
+        bind(&d.attempts)?;
+        bind(&d.series)?;
+        bind(&d.due_at)?;
+        bind(&d.created_at)?;
+        bind(&d.updated_at)?;
+        bind(&d.claimed_by)?;
+        Ok(())
+    })?;
     each(
         txn,
         "INSERT INTO run_history (id, run_id, status, cause, detail, at) \
@@ -308,37 +306,32 @@ fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
     let raw = crate::intake::raw_by_row(&decided.ledger, &decided.raw, |bytes| &bytes.id)
         .map_err(<TxnSteps<'_, '_> as Steps>::refused)?;
     let rows: Vec<_> = decided.ledger.iter().zip(raw).collect();
-    insert_rows(
-        txn,
-        &format!("intake ({INTAKE_COLUMNS})"),
-        &rows,
-        |(row, raw), bind| {
-            bind(&row.id)?;
-            bind(&row.source)?;
-            bind(&row.delivery_id)?;
-            bind(&row.scope)?;
-            bind(&row.outcome)?;
-            bind(&row.detail)?;
-            bind(&row.channel)?;
-            bind(&row.event_type)?;
-            bind(&row.tenant_id)?;
-            bind(&row.target_entity_id)?;
-            bind(&row.payload)?;
-            bind(&row.raw_ref)?;
-            bind(&row.run_id)?;
-            bind(&row.workflow_id)?;
-            bind(&row.held_by_run_id)?;
-            bind(&row.message_key)?;
-            bind(&row.config_revision)?;
-            bind(&row.received_at)?;
-            bind(&row.decided_at)?;
-            bind(&row.traceparent)?;
-            bind(&row.tracestate)?;
-            bind(&raw.map(|bytes| &bytes.content_type))?;
-            bind(&raw.map(|bytes| &bytes.body))?;
-            Ok(())
-        },
-    )?;
+    LEDGER.insert(txn, &rows, |(row, raw), bind| {
+        bind(&row.id)?;
+        bind(&row.source)?;
+        bind(&row.delivery_id)?;
+        bind(&row.scope)?;
+        bind(&row.outcome)?;
+        bind(&row.detail)?;
+        bind(&row.channel)?;
+        bind(&row.event_type)?;
+        bind(&row.tenant_id)?;
+        bind(&row.target_entity_id)?;
+        bind(&row.payload)?;
+        bind(&row.raw_ref)?;
+        bind(&row.run_id)?;
+        bind(&row.workflow_id)?;
+        bind(&row.held_by_run_id)?;
+        bind(&row.message_key)?;
+        bind(&row.config_revision)?;
+        bind(&row.received_at)?;
+        bind(&row.decided_at)?;
+        bind(&row.traceparent)?;
+        bind(&row.tracestate)?;
+        bind(&raw.map(|bytes| &bytes.content_type))?;
+        bind(&raw.map(|bytes| &bytes.body))?;
+        Ok(())
+    })?;
     each(
         txn,
         crate::intake::annotate::SQLITE,
@@ -364,7 +357,7 @@ fn write(txn: &Transaction<'_>, decided: &Writes) -> rusqlite::Result<()> {
     )
 }
 
-/// How many rows one `INSERT` of [`insert_rows`] carries: a batch's rows go in as few
+/// How many rows one `INSERT` of a [`RowInsert`] carries: a batch's rows go in as few
 /// statements as these sizes allow, so each table has at most three cached statements. A
 /// statement per row paid SQLite's per-statement work (the program run from its start, a cursor
 /// opened and closed on the table and on each of its indexes) once per row.
@@ -373,55 +366,80 @@ const ROWS_PER_INSERT: [usize; 3] = [16, 4, 1];
 /// Binds a row's next value.
 type Bind<'b> = dyn FnMut(&dyn ToSql) -> rusqlite::Result<()> + 'b;
 
-/// Inserts `items` (none: nothing is prepared) into `into` (`table (columns)`) with multi-row
-/// `INSERT OR ROLLBACK`s, `values` binding each row's values in column order. A plain insert: a
+/// A table's multi-row `INSERT OR ROLLBACK`s into `into` (`table (columns)`), one statement per
+/// size in [`ROWS_PER_INSERT`], their text built at first use, not per batch. A plain insert: a
 /// row that exists fails it, as one row's insert would. `OR ROLLBACK` ends the transaction at
 /// once, as the writer does on any error (the whole batch is tried again or failed), so SQLite
 /// keeps no statement journal to undo a multi-row statement alone: that journal cost more than
 /// the rows saved (BENCHMARKS.md round 26).
-fn insert_rows<T>(
-    txn: &Transaction<'_>,
-    into: &str,
-    items: &[T],
-    values: impl Fn(&T, &mut Bind<'_>) -> rusqlite::Result<()>,
-) -> rusqlite::Result<()> {
-    let columns = into
-        .rsplit_once('(')
-        .map_or(0, |(_, list)| list.split(',').count());
-    let mut rest = items;
-    while !rest.is_empty() {
-        let size = ROWS_PER_INSERT
-            .into_iter()
-            .find(|size| *size <= rest.len())
-            .unwrap_or(1);
-        let (chunk, after) = rest.split_at(size);
-        let mut insert = txn.prepare_cached(&multi_row_insert(into, size, columns))?;
-        let mut bound = 0;
-        for item in chunk {
-            values(item, &mut |value| {
-                bound += 1;
-                insert.raw_bind_parameter(bound, value)
-            })?;
-        }
-        if bound != size * columns {
-            return Err(rusqlite::Error::InvalidParameterCount(
-                bound,
-                size * columns,
-            ));
-        }
-        insert.raw_execute()?;
-        rest = after;
-    }
-    Ok(())
+struct RowInsert {
+    into: &'static str,
+    /// The column count, and each size's statement.
+    built: OnceLock<(usize, [String; 3])>,
 }
 
-/// `INSERT OR ROLLBACK INTO into VALUES (?, ...), ...`: `rows` rows of `columns` placeholders.
-fn multi_row_insert(into: &str, rows: usize, columns: usize) -> String {
-    let row = format!("({})", vec!["?"; columns].join(", "));
-    format!(
-        "INSERT OR ROLLBACK INTO {into} VALUES {}",
-        vec![row; rows].join(", ")
-    )
+impl RowInsert {
+    const fn new(into: &'static str) -> Self {
+        Self {
+            into,
+            built: OnceLock::new(),
+        }
+    }
+
+    fn built(&self) -> &(usize, [String; 3]) {
+        self.built.get_or_init(|| {
+            let columns = self
+                .into
+                .rsplit_once('(')
+                .map_or(0, |(_, list)| list.split(',').count());
+            let row = format!("({})", vec!["?"; columns].join(", "));
+            let sql = ROWS_PER_INSERT.map(|rows| {
+                format!(
+                    "INSERT OR ROLLBACK INTO {} VALUES {}",
+                    self.into,
+                    vec![row.as_str(); rows].join(", ")
+                )
+            });
+            (columns, sql)
+        })
+    }
+
+    /// Inserts `items` (none: nothing is prepared), `values` binding each row's values in
+    /// column order.
+    fn insert<T>(
+        &self,
+        txn: &Transaction<'_>,
+        items: &[T],
+        values: impl Fn(&T, &mut Bind<'_>) -> rusqlite::Result<()>,
+    ) -> rusqlite::Result<()> {
+        let (columns, statements) = self.built();
+        let mut rest = items;
+        while !rest.is_empty() {
+            let (size, sql) = ROWS_PER_INSERT
+                .iter()
+                .zip(statements)
+                .find(|(size, _)| **size <= rest.len())
+                .unwrap_or((&1, &statements[2]));
+            let (chunk, after) = rest.split_at(*size);
+            let mut insert = txn.prepare_cached(sql)?;
+            let mut bound = 0;
+            for item in chunk {
+                values(item, &mut |value| {
+                    bound += 1;
+                    insert.raw_bind_parameter(bound, value)
+                })?;
+            }
+            if bound != size * columns {
+                return Err(rusqlite::Error::InvalidParameterCount(
+                    bound,
+                    size * columns,
+                ));
+            }
+            insert.raw_execute()?;
+            rest = after;
+        }
+        Ok(())
+    }
 }
 
 /// Runs the cached statement `sql` once per item (not even prepared when there is none).
