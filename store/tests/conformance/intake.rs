@@ -448,6 +448,55 @@ async fn a_batch_that_fails_after_its_writes_leaves_nothing_behind() {
     }
 }
 
+/// A batch whose run is already stored fails at that row's insert, after its lease went in:
+/// nothing of it stays (on SQLite `OR ROLLBACK` ended the transaction there), and the writer
+/// goes on with the next batch on the same connection.
+#[tokio::test]
+async fn a_batch_meeting_a_stored_row_leaves_nothing_behind_and_the_writer_goes_on() {
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        let writer = writers(store);
+        let now = start();
+        let stored = routed(store, 3, WORKFLOW, HOOK, now).await;
+
+        let taken = stored.run.id.clone();
+        let (_, ended) = submit(
+            &writer,
+            ("", "d-3"),
+            "ticket-new",
+            false,
+            Arc::new(move |_, now| routed_writes("", "d-3", &taken, "ticket-new", now)),
+        )
+        .await;
+        assert!(ended.is_err(), "{backend:?}: {ended:?}");
+        assert!(ledger(store, "d-3").await.is_none(), "{backend:?}: no row");
+        assert!(
+            entity_lock::Entity::find_by_id(("acme".to_owned(), "ticket-new".to_owned()))
+                .one(store.connection())
+                .await
+                .expect("read leases")
+                .is_none(),
+            "{backend:?}: the lease inserted before the failing run is gone"
+        );
+        assert_eq!(
+            run_of(store, &stored.run.id).await,
+            stored.run,
+            "{backend:?}"
+        );
+
+        let (_, ended) = submit(
+            &writer,
+            ("", "d-4"),
+            "ticket-new",
+            false,
+            Arc::new(|_, now| routed_writes("", "d-4", "run-4", "ticket-new", now)),
+        )
+        .await;
+        assert!(ended.is_ok(), "{backend:?}: {ended:?}");
+        assert!(ledger(store, "d-4").await.is_some(), "{backend:?}");
+    }
+}
+
 #[tokio::test]
 async fn two_writers_racing_for_one_entity_make_one_run_and_the_loser_sees_its_lease() {
     for test in TestStore::all().await {
