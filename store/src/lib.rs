@@ -26,6 +26,7 @@ mod handle;
 pub mod intake;
 pub mod leases;
 pub mod ledger;
+mod lost_race;
 pub mod mailbox;
 mod mailbox_start;
 pub mod members;

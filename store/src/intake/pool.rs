@@ -1,29 +1,12 @@
-//! What the pool writers (PostgreSQL, MySQL) share: which errors a retry can fix, which mean
-//! the delivery can never be stored, and the loop that retries a batch that lost a race.
+//! What the pool writers (PostgreSQL, MySQL) share: how an error fails a batch (a value the
+//! database cannot store fails it for good) and sqlx's errors as sea-orm's. Which errors a retry
+//! can fix is [`crate::lost_race`]'s to say.
 
 use std::sync::Arc;
 
-use sea_orm::{DbErr, RuntimeErr, SqlErr};
+use sea_orm::{DbErr, RuntimeErr};
 
 use super::Failure;
-
-/// A conflict another transaction caused: trying again will see its committed result.
-pub(crate) fn is_lost_race(error: &DbErr) -> bool {
-    if matches!(error.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) {
-        return true;
-    }
-    let text = error.to_string().to_ascii_lowercase();
-    [
-        "deadlock",
-        "40001",
-        "40p01",
-        "serialize",
-        "database is locked",
-        "lock wait timeout",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle))
-}
 
 /// An error about the delivery's values (SQLSTATE class 22, data exceptions: a value too long,
 /// a byte sequence the column's encoding cannot take), which a retry would meet again.

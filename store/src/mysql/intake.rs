@@ -12,8 +12,9 @@ use crate::Millis;
 use crate::entities::{dispatch, entity_lock, intake, mailbox_cursor, run_history};
 use crate::intake::flow::{FlowFound, FlowKeys};
 use crate::intake::order::{self, Steps};
-use crate::intake::pool::{failure, is_lost_race};
+use crate::intake::pool::failure;
 use crate::intake::{Batch, Committed, Failure, Found, Keys, StoredAnswer, Writes};
+use crate::lost_race::is_lost_race;
 use crate::runs::begin_write;
 
 #[async_trait::async_trait]

@@ -20,6 +20,7 @@ use crate::bounded::{Overrun, Report, Usage, account, end_active, past_deadline}
 use crate::entities::dispatch::{self, DispatchStatus};
 use crate::entities::entity_lock;
 use crate::entities::run::{self, RunStatus};
+use crate::lost_race::{is_lost_race, retried};
 use crate::{Millis, Store};
 
 /// Why a run operation was refused.
@@ -436,7 +437,10 @@ impl Store {
         usage: &Usage,
         now: Millis,
     ) -> Result<Lease, RunError> {
-        heartbeat(self.db(), run_id, fencing_token, usage, now).await
+        retried(lost_a_race, || {
+            heartbeat(self.db(), run_id, fencing_token, usage, now)
+        })
+        .await
     }
 
     /// Moves an active run to a final `status` as the holder of `fencing_token` and releases
@@ -451,6 +455,17 @@ impl Store {
         report: &Report,
         now: Millis,
     ) -> Result<run::Model, RunError> {
-        finish(self.db(), run_id, fencing_token, status, report, now).await
+        retried(lost_a_race, || {
+            finish(self.db(), run_id, fencing_token, status, report, now)
+        })
+        .await
     }
+}
+
+/// A worker's heartbeat or finish refused because another transaction took the same rows in
+/// the other order (intake's takeover of an expired lease takes the lease, then the old run) is
+/// tried again ([`crate::lost_race`]): the worker did nothing wrong, and the next try sees the
+/// other transaction's result (a lease lost, a run already ended) or goes through.
+fn lost_a_race(error: &RunError) -> bool {
+    matches!(error, RunError::Db(error) if is_lost_race(error))
 }

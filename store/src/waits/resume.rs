@@ -3,10 +3,11 @@
 //! what the row says); this module reads what the judgement needs under row locks, asks for
 //! it, and writes it, so the judgement is written once and the transaction stays one.
 
-use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter, QuerySelect, SqlErr};
+use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter, QuerySelect};
 
 use crate::entities::wait::{self, WaitStatus};
 use crate::entities::{intake, raw_delivery, run};
+use crate::lost_race::is_lost_race;
 use crate::runs::begin_write;
 use crate::{Millis, Store};
 
@@ -61,16 +62,6 @@ pub enum Resolution<T> {
     },
 }
 
-/// A unique violation (a concurrent copy of the same delivery, or of the resume row) or a
-/// deadlock/serialisation failure: deciding again sees the winner.
-fn lost_race(error: &DbErr) -> bool {
-    if matches!(error.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) {
-        return true;
-    }
-    let text = error.to_string();
-    text.contains("deadlock") || text.contains("Deadlock") || text.contains("40001")
-}
-
 impl Store {
     /// Records one resume delivery in one transaction: a copy of a recorded delivery is
     /// answered from the first ([`Resolution::Duplicate`]); otherwise the wait the token names
@@ -91,7 +82,7 @@ impl Store {
         for _ in 0..RETRIES {
             match self.resume_once(key, now, &judge).await {
                 Ok(resolution) => return Ok(resolution),
-                Err(error) if lost_race(&error) => last = Some(error),
+                Err(error) if is_lost_race(&error) => last = Some(error),
                 Err(error) => return Err(error),
             }
         }

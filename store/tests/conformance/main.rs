@@ -20,3 +20,4 @@ mod revisions;
 mod runs;
 mod slack_messages;
 mod waits;
+mod worker_races;

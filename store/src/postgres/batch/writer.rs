@@ -16,8 +16,9 @@ use super::write::write;
 use crate::entities::entity_lock;
 use crate::intake::flow::{FlowFound, FlowKeys};
 use crate::intake::order::{self, Steps};
-use crate::intake::pool::{db_err, failure, is_lost_race};
+use crate::intake::pool::{db_err, failure};
 use crate::intake::{Batch, Committed, Failure, Found, Keys, Writes};
+use crate::lost_race::is_lost_race;
 use crate::{Millis, now_millis};
 
 /// Row-locking reads see the latest committed lease.

@@ -1,0 +1,134 @@
+//! A worker's finish or heartbeat that the database refuses because it lost a race (a deadlock
+//! with a transaction that took the same rows in the other order: intake's takeover of an
+//! expired lease takes the lease, then the old run) is tried again, not answered as an error:
+//! the worker did nothing wrong, and the retry sees the other transaction's result.
+
+use std::time::Duration;
+
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
+use switchyard_store::bounded::{Report, Usage};
+use switchyard_store::entities::entity_lock;
+use switchyard_store::entities::run::{self, RunStatus};
+use switchyard_store::runs::begin_write;
+
+use crate::fixtures::*;
+use crate::harness::{Backend, TestStore};
+
+/// Runs `worker` (a finish or a heartbeat of `run`) while another transaction holds `run`'s
+/// lease and then asks for the run itself, which the worker's transaction locked first: the
+/// two wait for each other until the database refuses one. Returns the worker's result.
+async fn beside_a_takeover<T, F>(
+    store: &switchyard_store::Store,
+    run: &run::Model,
+    now: i64,
+    worker: F,
+) -> T
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    // The other transaction, in intake's takeover order: the lease first ...
+    let taking_over = begin_write(store.connection()).await.expect("begin");
+    entity_lock::Entity::find()
+        .filter(entity_lock::Column::TenantId.eq(run.tenant_id.as_str()))
+        .filter(entity_lock::Column::TargetEntityId.eq(run.target_entity_id.as_str()))
+        .lock_exclusive()
+        .one(&taking_over)
+        .await
+        .expect("lock the lease");
+    let working = tokio::spawn(worker);
+    // (long enough for the worker to lock the run and wait for the lease)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ... then the run, which the worker holds: a deadlock. Whichever the database refuses,
+    // the worker must end as if it had run alone after this transaction.
+    let took_run = run::Entity::update_many()
+        .col_expr(run::Column::UpdatedAt, (now + 1).into())
+        .filter(run::Column::Id.eq(run.id.as_str()))
+        .exec(&taking_over)
+        .await;
+    match took_run {
+        Ok(_) => taking_over
+            .commit()
+            .await
+            .expect("commit the other transaction"),
+        Err(_) => taking_over
+            .rollback()
+            .await
+            .expect("roll back the refused one"),
+    }
+    working.await.expect("join")
+}
+
+#[tokio::test]
+async fn a_finish_that_loses_a_deadlock_is_tried_again_and_the_run_ends() {
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        if backend == Backend::Sqlite {
+            // One writer at a time: no transaction waits for another's row.
+            continue;
+        }
+        let now = start();
+        let r = routed(store, 1, WORKFLOW, HOOK, now).await;
+        set_run_status(store, &r.run.id, RunStatus::Dispatched, now).await;
+        let finished = {
+            let worker = store.clone();
+            let run_id = r.run.id.clone();
+            beside_a_takeover(store, &r.run, now, async move {
+                worker
+                    .finish_run(
+                        &run_id,
+                        1,
+                        RunStatus::Completed,
+                        &Report::default(),
+                        now + 2,
+                    )
+                    .await
+            })
+            .await
+        };
+        assert!(
+            matches!(&finished, Ok(run) if run.status == RunStatus::Completed),
+            "{backend:?}: the finish was refused: {finished:?}"
+        );
+        assert_eq!(
+            run_of(store, &r.run.id).await.status,
+            RunStatus::Completed,
+            "{backend:?}"
+        );
+        assert_eq!(
+            lease_of(store, &r.run).await.run_id,
+            None,
+            "{backend:?}: lease released"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_heartbeat_that_loses_a_deadlock_is_tried_again_and_extends_the_lease() {
+    for test in TestStore::all().await {
+        let (store, backend) = (&test.store, test.backend);
+        if backend == Backend::Sqlite {
+            continue;
+        }
+        let now = start();
+        let r = routed(store, 1, WORKFLOW, HOOK, now).await;
+        set_run_status(store, &r.run.id, RunStatus::Dispatched, now).await;
+        let beat = {
+            let worker = store.clone();
+            let run_id = r.run.id.clone();
+            beside_a_takeover(store, &r.run, now, async move {
+                worker.heartbeat(&run_id, 1, &Usage::new(), now + 2).await
+            })
+            .await
+        };
+        assert!(
+            matches!(&beat, Ok(lease) if lease.expires_at == now + 2 + TTL),
+            "{backend:?}: the heartbeat was refused: {beat:?}"
+        );
+        assert_eq!(
+            lease_of(store, &r.run).await.expires_at,
+            now + 2 + TTL,
+            "{backend:?}"
+        );
+    }
+}
