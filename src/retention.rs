@@ -67,6 +67,7 @@ async fn run(store: Store, live: LiveConfig, mut stopped: watch::Receiver<bool>)
                     dispatch_attempts = deleted.dispatch_attempts,
                     run_history = deleted.run_history,
                     waits = deleted.waits,
+                    slack_messages = deleted.slack_messages,
                     "retention deleted expired rows"
                 );
                 if let Err(error) = give_back_space(&store, &stopped).await {

@@ -1,5 +1,6 @@
 //! Retention's statements: deleting expired ledger rows, their raw bytes and finished runs (with
-//! their dispatch, attempts, history, members and waits) in bounded batches, and giving the
+//! their dispatch, attempts, history, members, waits and the waits' Slack approval messages) in
+//! bounded batches, and giving the
 //! space back where the database does not (SQLite, through its driver).
 //!
 //! *Invariant: never deletes an active run or the rows it needs; never holds one long
@@ -50,6 +51,8 @@ pub struct Deleted {
     pub dispatch_attempts: u64,
     pub run_history: u64,
     pub waits: u64,
+    /// Slack approval messages of the deleted waits.
+    pub slack_messages: u64,
 }
 
 impl Deleted {
@@ -98,6 +101,29 @@ async fn select_ids<C: ConnectionTrait>(
         .collect()
 }
 
+/// Deletes the Slack approval messages of the waits of runs `run_ids` (found through
+/// `waits_run_wait` and `slack_messages_wait`; `slack_messages` has no index on its own
+/// `run_id`); returns the rows deleted.
+async fn delete_messages_of_waits(
+    txn: &DatabaseTransaction,
+    run_ids: &[String],
+) -> Result<u64, DbErr> {
+    let waits = Query::select()
+        .column(Alias::new("id"))
+        .from(Alias::new("waits"))
+        .and_where(Expr::col(Alias::new("run_id")).is_in(run_ids.iter().map(String::as_str)))
+        .to_owned();
+    let delete = Query::delete()
+        .from_table(Alias::new("slack_messages"))
+        .and_where(Expr::col(Alias::new("wait_row_id")).in_subquery(waits))
+        .to_owned();
+    let backend = txn.get_database_backend();
+    Ok(txn
+        .execute_raw(StatementBuilder::build(&delete, &backend))
+        .await?
+        .rows_affected())
+}
+
 /// `DELETE FROM table WHERE column IN (ids)`; returns the rows deleted.
 async fn delete_in(
     txn: &DatabaseTransaction,
@@ -118,7 +144,8 @@ async fn delete_in(
 
 impl Store {
     /// Deletes one batch of up to `batch` runs in the final `status` finished before `before`,
-    /// with their dispatches, attempts, history, members and waits, in one transaction; adds
+    /// with their dispatches, attempts, history, members, waits and the waits' Slack approval
+    /// messages, in one transaction; adds
     /// what it deleted to `deleted` and returns how many runs it selected. An active run is
     /// never selected, nor a run a concurrent `redispatch` holds.
     pub async fn prune_finished_runs(
@@ -158,6 +185,7 @@ impl Store {
         deleted.dispatches += delete_in(&txn, "dispatches", "run_id", &ids).await?;
         // Coalesced members go with their run (counted with its history).
         deleted.run_history += delete_in(&txn, "run_members", "run_id", &ids).await?;
+        deleted.slack_messages += delete_messages_of_waits(&txn, &ids).await?;
         deleted.waits += delete_in(&txn, "waits", "run_id", &ids).await?;
         deleted.runs += delete_in(&txn, "runs", "id", &ids).await?;
         txn.commit().await?;

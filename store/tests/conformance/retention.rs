@@ -1,11 +1,12 @@
 //! Conformance of retention: a pass deletes only what is past its window (runs in the final
-//! status asked, finished before the cutoff, with their rows; ledger rows no run still needs;
-//! raw deliveries), in batches.
+//! status asked, finished before the cutoff, with their rows, their waits' Slack approval
+//! messages included; ledger rows no run still needs; raw deliveries), in batches.
 
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use switchyard_store::entities::run::RunStatus;
-use switchyard_store::entities::{dispatch, raw_delivery, run, run_history, wait};
+use switchyard_store::entities::{dispatch, raw_delivery, run, run_history, slack_message, wait};
 use switchyard_store::retention::Deleted;
+use switchyard_store::slack_messages::NewSlackMessage;
 use switchyard_store::waits::NewWait;
 use switchyard_store::{Millis, Store};
 
@@ -58,7 +59,8 @@ async fn pruning_finished_runs_deletes_only_those_of_the_status_finished_before_
         let now = start();
         let cutoff = now - WINDOW;
         let old = cutoff - WINDOW;
-        // Run 1 waited, then completed long ago: its wait and history go with it.
+        // Run 1 waited (its approval posted to Slack), then completed long ago: its wait, the
+        // wait's message and its history go with it.
         let waited = routed_as(store, &id_at(old), 1, WORKFLOW, HOOK, old).await;
         set_run_status(store, &waited.run.id, RunStatus::Dispatched, old).await;
         let new = NewWait {
@@ -70,7 +72,12 @@ async fn pruning_finished_runs_deletes_only_those_of_the_status_finished_before_
             token_hash: "token".into(),
             deadline: old + 100,
             on_timeout: "fail".into(),
-            notify: None,
+            notify: Some(NewSlackMessage {
+                source: "ws".into(),
+                channel: "C0APPROVALS".into(),
+                body: "Approve credit".into(),
+                button_value: "{\"token\":\"secret\"}".into(),
+            }),
         };
         store
             .open_wait(&waited.run.id, &new, old + 1)
@@ -119,11 +126,18 @@ async fn pruning_finished_runs_deletes_only_those_of_the_status_finished_before_
                 dispatches: 2,
                 run_history: 2,
                 waits: 1,
+                slack_messages: 1,
                 ..Deleted::default()
             },
             "{backend:?}"
         );
         assert_eq!(left_of(store, &waited).await, (0, 0, 0, 0), "{backend:?}");
+        assert_eq!(
+            count::<slack_message::Entity>(store, slack_message::Column::RunId, &waited.run.id)
+                .await,
+            0,
+            "{backend:?}: the wait's approval message went with it"
+        );
         assert_eq!(left_of(store, &completed).await, (0, 0, 0, 0));
         assert_eq!(
             left_of(store, &recent).await.0,
