@@ -113,15 +113,8 @@ async fn delete_messages_of_waits(
         .from(Alias::new("waits"))
         .and_where(Expr::col(Alias::new("run_id")).is_in(run_ids.iter().map(String::as_str)))
         .to_owned();
-    let delete = Query::delete()
-        .from_table(Alias::new("slack_messages"))
-        .and_where(Expr::col(Alias::new("wait_row_id")).in_subquery(waits))
-        .to_owned();
-    let backend = txn.get_database_backend();
-    Ok(txn
-        .execute_raw(StatementBuilder::build(&delete, &backend))
-        .await?
-        .rows_affected())
+    let of_waits = Expr::col(Alias::new("wait_row_id")).in_subquery(waits);
+    delete_where(txn, "slack_messages", of_waits).await
 }
 
 /// `DELETE FROM table WHERE column IN (ids)`; returns the rows deleted.
@@ -131,9 +124,19 @@ async fn delete_in(
     column: &str,
     ids: &[String],
 ) -> Result<u64, DbErr> {
+    let listed = Expr::col(Alias::new(column)).is_in(ids.iter().map(String::as_str));
+    delete_where(txn, table, listed).await
+}
+
+/// `DELETE FROM table WHERE condition`; returns the rows deleted.
+async fn delete_where(
+    txn: &DatabaseTransaction,
+    table: &str,
+    condition: Expr,
+) -> Result<u64, DbErr> {
     let delete = Query::delete()
         .from_table(Alias::new(table))
-        .and_where(Expr::col(Alias::new(column)).is_in(ids.iter().map(String::as_str)))
+        .and_where(condition)
         .to_owned();
     let backend = txn.get_database_backend();
     Ok(txn

@@ -7,6 +7,7 @@ pub use intake::CLAIMED_MESSAGE;
 mod ledger;
 pub(crate) mod outbox;
 mod riders;
+mod row_insert;
 mod runs;
 mod writer;
 

@@ -59,17 +59,25 @@ where
     working.await.expect("join")
 }
 
+/// A routed run its worker has been handed, and when; `None` on SQLite, whose one writer at a
+/// time means no transaction ever waits for another's row.
+async fn dispatched(test: &TestStore) -> Option<(Routed, i64)> {
+    if test.backend == Backend::Sqlite {
+        return None;
+    }
+    let now = start();
+    let r = routed(&test.store, 1, WORKFLOW, HOOK, now).await;
+    set_run_status(&test.store, &r.run.id, RunStatus::Dispatched, now).await;
+    Some((r, now))
+}
+
 #[tokio::test]
 async fn a_finish_that_loses_a_deadlock_is_tried_again_and_the_run_ends() {
     for test in TestStore::all().await {
         let (store, backend) = (&test.store, test.backend);
-        if backend == Backend::Sqlite {
-            // One writer at a time: no transaction waits for another's row.
+        let Some((r, now)) = dispatched(&test).await else {
             continue;
-        }
-        let now = start();
-        let r = routed(store, 1, WORKFLOW, HOOK, now).await;
-        set_run_status(store, &r.run.id, RunStatus::Dispatched, now).await;
+        };
         let finished = {
             let worker = store.clone();
             let run_id = r.run.id.clone();
@@ -107,12 +115,9 @@ async fn a_finish_that_loses_a_deadlock_is_tried_again_and_the_run_ends() {
 async fn a_heartbeat_that_loses_a_deadlock_is_tried_again_and_extends_the_lease() {
     for test in TestStore::all().await {
         let (store, backend) = (&test.store, test.backend);
-        if backend == Backend::Sqlite {
+        let Some((r, now)) = dispatched(&test).await else {
             continue;
-        }
-        let now = start();
-        let r = routed(store, 1, WORKFLOW, HOOK, now).await;
-        set_run_status(store, &r.run.id, RunStatus::Dispatched, now).await;
+        };
         let beat = {
             let worker = store.clone();
             let run_id = r.run.id.clone();
