@@ -10,9 +10,6 @@ use std::future::Future;
 
 use sea_orm::{DbErr, SqlErr};
 
-/// Tries of one operation that keeps losing races before its last error is returned.
-pub(crate) const TRIES: usize = 3;
-
 /// A conflict another transaction caused: trying again will see its committed result.
 pub(crate) fn is_lost_race(error: &DbErr) -> bool {
     if matches!(error.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) {
@@ -31,17 +28,21 @@ pub(crate) fn is_lost_race(error: &DbErr) -> bool {
     .any(|needle| text.contains(needle))
 }
 
-/// Runs `attempt` (one whole transaction) up to [`TRIES`] times while it fails with an error
-/// `lost` calls a lost race; any other result is returned at once.
-pub(crate) async fn retried<T, E, F, Fut>(lost: impl Fn(&E) -> bool, mut attempt: F) -> Result<T, E>
+/// Runs `attempt` (one whole transaction) up to `tries` times while it fails with an error
+/// `lost` calls a lost race; any other result, or the last try's error, is returned.
+pub(crate) async fn retried<T, E, F, Fut>(
+    tries: usize,
+    lost: impl Fn(&E) -> bool,
+    mut attempt: F,
+) -> Result<T, E>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    let mut tries = 1;
+    let mut tried = 1;
     loop {
         match attempt().await {
-            Err(error) if tries < TRIES && lost(&error) => tries += 1,
+            Err(error) if tried < tries && lost(&error) => tried += 1,
             other => return other,
         }
     }

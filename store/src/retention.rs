@@ -1,7 +1,7 @@
 //! Retention's statements: deleting expired ledger rows, their raw bytes and finished runs (with
 //! their dispatch, attempts, history, members, waits and the waits' Slack approval messages) in
-//! bounded batches, and giving the
-//! space back where the database does not (SQLite, through its driver).
+//! bounded batches, and giving the space back where the database does not (SQLite, through its
+//! driver).
 //!
 //! *Invariant: never deletes an active run or the rows it needs; never holds one long
 //! transaction.* Every batch is its own short write transaction of at most `batch` rows per
@@ -148,9 +148,8 @@ async fn delete_where(
 impl Store {
     /// Deletes one batch of up to `batch` runs in the final `status` finished before `before`,
     /// with their dispatches, attempts, history, members, waits and the waits' Slack approval
-    /// messages, in one transaction; adds
-    /// what it deleted to `deleted` and returns how many runs it selected. An active run is
-    /// never selected, nor a run a concurrent `redispatch` holds.
+    /// messages, in one transaction; adds what it deleted to `deleted` and returns how many runs
+    /// it selected. An active run is never selected, nor a run a concurrent `redispatch` holds.
     pub async fn prune_finished_runs(
         &self,
         status: RunStatus,

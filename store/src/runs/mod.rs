@@ -437,7 +437,7 @@ impl Store {
         usage: &Usage,
         now: Millis,
     ) -> Result<Lease, RunError> {
-        retried(lost_a_race, || {
+        retried(WORKER_TRIES, lost_a_race, || {
             heartbeat(self.db(), run_id, fencing_token, usage, now)
         })
         .await
@@ -455,12 +455,15 @@ impl Store {
         report: &Report,
         now: Millis,
     ) -> Result<run::Model, RunError> {
-        retried(lost_a_race, || {
+        retried(WORKER_TRIES, lost_a_race, || {
             finish(self.db(), run_id, fencing_token, status, report, now)
         })
         .await
     }
 }
+
+/// Tries of a worker's heartbeat or finish that keeps losing races.
+const WORKER_TRIES: usize = 3;
 
 /// A worker's heartbeat or finish refused because another transaction took the same rows in
 /// the other order (intake's takeover of an expired lease takes the lease, then the old run) is

@@ -7,7 +7,7 @@ use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter, QuerySelect};
 
 use crate::entities::wait::{self, WaitStatus};
 use crate::entities::{intake, raw_delivery, run};
-use crate::lost_race::is_lost_race;
+use crate::lost_race::{is_lost_race, retried};
 use crate::runs::begin_write;
 use crate::{Millis, Store};
 
@@ -78,15 +78,7 @@ impl Store {
         F: Fn(Option<&wait::Model>, Option<&run::Model>) -> (ResumeWrite, T) + Sync,
         T: Send,
     {
-        let mut last = None;
-        for _ in 0..RETRIES {
-            match self.resume_once(key, now, &judge).await {
-                Ok(resolution) => return Ok(resolution),
-                Err(error) if is_lost_race(&error) => last = Some(error),
-                Err(error) => return Err(error),
-            }
-        }
-        Err(last.unwrap_or_else(|| DbErr::Custom("resume retries exhausted".into())))
+        retried(RETRIES, is_lost_race, || self.resume_once(key, now, &judge)).await
     }
 
     async fn resume_once<T, F>(

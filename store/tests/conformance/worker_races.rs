@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
+use switchyard_store::Store;
 use switchyard_store::bounded::{Report, Usage};
 use switchyard_store::entities::entity_lock;
 use switchyard_store::entities::run::{self, RunStatus};
@@ -14,14 +15,15 @@ use switchyard_store::runs::begin_write;
 use crate::fixtures::*;
 use crate::harness::{Backend, TestStore};
 
-/// Runs `worker` (a finish or a heartbeat of `run`) while another transaction holds `run`'s
-/// lease and then asks for the run itself, which the worker's transaction locked first: the
-/// two wait for each other until the database refuses one. Returns the worker's result.
+/// Runs `worker` (a finish or a heartbeat of `run`, given the store and the run's id) while
+/// another transaction holds `run`'s lease and then asks for the run itself, which the worker's
+/// transaction locked first: the two wait for each other until the database refuses one.
+/// Returns the worker's result.
 async fn beside_a_takeover<T, F>(
-    store: &switchyard_store::Store,
+    store: &Store,
     run: &run::Model,
     now: i64,
-    worker: F,
+    worker: impl FnOnce(Store, String) -> F,
 ) -> T
 where
     F: std::future::Future<Output = T> + Send + 'static,
@@ -36,7 +38,7 @@ where
         .one(&taking_over)
         .await
         .expect("lock the lease");
-    let working = tokio::spawn(worker);
+    let working = tokio::spawn(worker(store.clone(), run.id.clone()));
     // (long enough for the worker to lock the run and wait for the lease)
     tokio::time::sleep(Duration::from_millis(300)).await;
     // ... then the run, which the worker holds: a deadlock. Whichever the database refuses,
@@ -78,22 +80,13 @@ async fn a_finish_that_loses_a_deadlock_is_tried_again_and_the_run_ends() {
         let Some((r, now)) = dispatched(&test).await else {
             continue;
         };
-        let finished = {
-            let worker = store.clone();
-            let run_id = r.run.id.clone();
-            beside_a_takeover(store, &r.run, now, async move {
-                worker
-                    .finish_run(
-                        &run_id,
-                        1,
-                        RunStatus::Completed,
-                        &Report::default(),
-                        now + 2,
-                    )
-                    .await
-            })
-            .await
-        };
+        let finished = beside_a_takeover(store, &r.run, now, |worker, run_id| async move {
+            let report = Report::default();
+            worker
+                .finish_run(&run_id, 1, RunStatus::Completed, &report, now + 2)
+                .await
+        })
+        .await;
         assert!(
             matches!(&finished, Ok(run) if run.status == RunStatus::Completed),
             "{backend:?}: the finish was refused: {finished:?}"
@@ -118,14 +111,10 @@ async fn a_heartbeat_that_loses_a_deadlock_is_tried_again_and_extends_the_lease(
         let Some((r, now)) = dispatched(&test).await else {
             continue;
         };
-        let beat = {
-            let worker = store.clone();
-            let run_id = r.run.id.clone();
-            beside_a_takeover(store, &r.run, now, async move {
-                worker.heartbeat(&run_id, 1, &Usage::new(), now + 2).await
-            })
-            .await
-        };
+        let beat = beside_a_takeover(store, &r.run, now, |worker, run_id| async move {
+            worker.heartbeat(&run_id, 1, &Usage::new(), now + 2).await
+        })
+        .await;
         assert!(
             matches!(&beat, Ok(lease) if lease.expires_at == now + 2 + TTL),
             "{backend:?}: the heartbeat was refused: {beat:?}"
