@@ -365,7 +365,7 @@ pub(crate) async fn resume_or_submit(
         Some(Ok(claim)) => {
             if let DeliveryBody::Route(event) = &mut delivery.body {
                 resume::redact_token(&mut event.payload, at);
-                delivery.payload_text = Some(event.payload.to_string());
+                delivery.payload_text = Some(crate::intake::payload_text(&event.payload));
             }
             submit_resume(state, delivery, claim, style).await
         }

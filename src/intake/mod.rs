@@ -122,7 +122,7 @@ impl Delivery {
             scope: String::new(),
             received_at: switchyard_store::now_millis(),
             raw: None,
-            payload_text: body.event().map(|event| event.payload.to_string()),
+            payload_text: body.event().map(|event| payload_text(&event.payload)),
             body,
             cursor: None,
             message_key: None,
@@ -144,6 +144,13 @@ impl Delivery {
     pub fn raw_ref(intake_id: Uuid) -> String {
         format!("raw:{intake_id}")
     }
+}
+
+/// The ledger's text of a payload: compact JSON, the bytes `Value`'s `Display` writes, but
+/// serialised straight into a buffer (`Display` goes through `fmt::Write` a token at a time).
+pub fn payload_text(payload: &serde_json::Value) -> String {
+    // A `Value`'s keys are strings and its numbers finite: serialising it cannot fail.
+    serde_json::to_string(payload).unwrap_or_default()
 }
 
 /// An id as stored: longer than the store's keys hold (a pathological Message-ID, say), or

@@ -122,6 +122,7 @@
 mod config;
 mod fields;
 mod normalize;
+mod object;
 mod payload;
 mod signature;
 

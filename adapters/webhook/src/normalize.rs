@@ -1,12 +1,14 @@
 //! Turns one verified Zendesk webhook body into the canonical [`Event`], whichever way the
 //! webhook is connected (event subscription or trigger/automation).
 
+use serde_json::error::Category;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use switchyard_core::{Channel, Disposition, Event, Normalized, Outcome};
 
 use crate::WebhookSourceConfig;
 use crate::fields;
+use crate::object::Object;
 use crate::payload::{self, CommentPayload, Connection, TicketFields, TicketPayload};
 use crate::signature::Signed;
 
@@ -146,14 +148,14 @@ pub fn normalize(
     source: &WebhookSourceConfig,
     raw_ref: &str,
 ) -> Result<Normalized, NormalizeError> {
-    let root = match serde_json::from_slice(body).map_err(NormalizeError::NotJson)? {
-        Value::Object(root) => root,
-        _ => return Err(NormalizeError::NotObject),
-    };
+    let root = Object::parse(body).map_err(|error| match error.classify() {
+        Category::Data => NormalizeError::NotObject,
+        _ => NormalizeError::NotJson(error),
+    })?;
     let account_id = account(&root, source)?;
 
-    let read = match root.get("type").and_then(Value::as_str) {
-        Some(kind) if kind.starts_with("zen:") => read_subscription(&root, kind, body)?,
+    let read = match root.string("type") {
+        Some(kind) if kind.starts_with("zen:") => read_subscription(&root, &kind, body)?,
         _ if root.contains_key("ticket") || root.contains_key("event_type") => {
             read_trigger(&root, ids, body)?
         }
@@ -174,7 +176,7 @@ pub fn normalize(
         event_type: read.event_type,
         tenant_id: source.tenant.clone(),
         target_entity_id: read.ticket_id,
-        payload: payload::to_value(&payload),
+        payload: payload.into_value(),
         raw_ref: raw_ref.to_owned(),
     };
     Ok(Normalized {
@@ -195,25 +197,17 @@ struct Read {
     connection: Connection,
 }
 
-fn read_subscription(
-    root: &Map<String, Value>,
-    kind: &str,
-    body: &[u8],
-) -> Result<Read, NormalizeError> {
+fn read_subscription(root: &Object<'_>, kind: &str, body: &[u8]) -> Result<Read, NormalizeError> {
     let event_type = kind
         .strip_prefix(EVENT_TYPE_PREFIX)
         .ok_or_else(|| NormalizeError::NonTicketEventType(clip(kind)))
         .and_then(|name| ticket_event_type(kind, name))?;
 
-    let empty = Map::new();
-    let detail = root
-        .get("detail")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let from_detail = ticket_id(detail.get("id"))?;
-    let from_subject = root
-        .get("subject")
-        .and_then(Value::as_str)
+    let detail = root.object("detail").unwrap_or_default();
+    let from_detail = ticket_id(detail.get("id").as_ref())?;
+    let subject = root.string("subject");
+    let from_subject = subject
+        .as_deref()
         .and_then(ticket_in_subject)
         .map(|id| ticket_id(Some(&Value::String(id.to_owned()))))
         .transpose()?
@@ -231,7 +225,7 @@ fn read_subscription(
     };
 
     // The event id is Zendesk's dedup key for retries of the same event.
-    let delivery_id = match fields::id(root.get("id")) {
+    let delivery_id = match fields::id(root.get("id").as_ref()) {
         Some(id) if id.chars().count() > MAX_ID_LEN => {
             return Err(NormalizeError::MalformedEventId);
         }
@@ -239,8 +233,11 @@ fn read_subscription(
         None => body_digest(body),
     };
 
-    let event = root.get("event").and_then(Value::as_object);
-    let event = match (event_type.as_str(), event) {
+    let event = root.get("event");
+    let event = match (
+        event_type.as_str(),
+        event.as_ref().and_then(Value::as_object),
+    ) {
         ("ticket.comment_added", Some(event)) => match event.get("comment") {
             Some(Value::Object(comment)) => CommentPayload::read(comment).to_event(),
             _ => Value::Object(event.clone()),
@@ -256,21 +253,21 @@ fn read_subscription(
         event_type,
         source_event_type: kind.to_owned(),
         ticket_id,
-        ticket: TicketFields::read(detail),
+        ticket: TicketFields::read(&detail),
         event,
-        occurred_at: fields::time(root.get("time")),
+        occurred_at: fields::time(root.get("time").as_ref()),
         connection: Connection::EventSubscription,
     })
 }
 
 fn read_trigger(
-    root: &Map<String, Value>,
+    root: &Object<'_>,
     ids: RequestIds<'_>,
     body: &[u8],
 ) -> Result<Read, NormalizeError> {
-    let given = root
-        .get("event_type")
-        .and_then(Value::as_str)
+    let given = root.string("event_type");
+    let given = given
+        .as_deref()
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or(NormalizeError::MissingEventType)?;
@@ -280,20 +277,19 @@ fn read_trigger(
         given.strip_prefix(EVENT_TYPE_PREFIX).unwrap_or(given),
     )?;
 
-    let ticket =
-        root.get("ticket")
-            .and_then(Value::as_object)
-            .ok_or(NormalizeError::MissingTicketId(
-                "the body has no `ticket` object",
-            ))?;
-    let ticket_id = ticket_id(ticket.get("id"))?.ok_or(NormalizeError::MissingTicketId(
-        "the body's `ticket` has no `id`",
-    ))?;
+    let ticket = root
+        .object("ticket")
+        .ok_or(NormalizeError::MissingTicketId(
+            "the body has no `ticket` object",
+        ))?;
+    let ticket_id = ticket_id(ticket.get("id").as_ref())?.ok_or(
+        NormalizeError::MissingTicketId("the body's `ticket` has no `id`"),
+    )?;
 
     let delivery_id = ids.trigger_delivery_id(body);
 
     let event = match root.get("comment") {
-        Some(Value::Object(comment)) => CommentPayload::read(comment).to_event(),
+        Some(Value::Object(comment)) => CommentPayload::read(&comment).to_event(),
         _ => Value::Object(Map::new()),
     };
 
@@ -302,7 +298,7 @@ fn read_trigger(
         event_type,
         source_event_type: given.to_owned(),
         ticket_id,
-        ticket: TicketFields::read(ticket),
+        ticket: TicketFields::read(&ticket),
         event,
         occurred_at: None,
         connection: Connection::Trigger,
@@ -312,13 +308,13 @@ fn read_trigger(
 /// The payload's account, refused when it is not the configured one. Fail closed: an account
 /// id that cannot be read is not the configured account either.
 fn account(
-    root: &Map<String, Value>,
+    root: &Object<'_>,
     source: &WebhookSourceConfig,
 ) -> Result<Option<String>, NormalizeError> {
     let received = match root.get("account_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.trim().is_empty() => None,
-        Some(value) => Some(fields::id(Some(value)).unwrap_or_else(|| value.to_string())),
+        Some(value) => Some(fields::id(Some(&value)).unwrap_or_else(|| value.to_string())),
     };
     if let (Some(configured), Some(received)) = (source.account_id, &received)
         && received.parse::<u64>().ok() != Some(configured)

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::fields;
+use crate::object::Object;
 
 /// How the Zendesk webhook behind a source is connected. Zendesk fixes this when the webhook is
 /// created; one webhook never mixes the two.
@@ -36,6 +37,60 @@ pub struct TicketPayload {
     /// The Zendesk account: the payload's `account_id`, else the source's configured one.
     pub account_id: Option<String>,
     pub connection: Connection,
+}
+
+impl TicketPayload {
+    /// The payload as the event carries it: the `Value` `serde_json::to_value` makes of it,
+    /// built field by field: the derived path serialises the flattened ticket through serde's
+    /// generic map buffering and copies every string.
+    pub fn into_value(self) -> Value {
+        fn text(value: Option<String>) -> Value {
+            value.map_or(Value::Null, Value::String)
+        }
+        let ticket = self.ticket;
+        let mut map = Map::new();
+        for (key, value) in [
+            ("ticket_id", Value::String(self.ticket_id)),
+            ("subject", text(ticket.subject)),
+            ("description", text(ticket.description)),
+            ("status", text(ticket.status)),
+            ("priority", text(ticket.priority)),
+            ("ticket_type", text(ticket.ticket_type)),
+            ("requester_id", text(ticket.requester_id)),
+            ("assignee_id", text(ticket.assignee_id)),
+            ("organization_id", text(ticket.organization_id)),
+            ("group_id", text(ticket.group_id)),
+            ("external_id", text(ticket.external_id)),
+            (
+                "tags",
+                Value::Array(ticket.tags.into_iter().map(Value::String).collect()),
+            ),
+            ("via_channel", text(ticket.via_channel)),
+            ("created_at", text(ticket.created_at)),
+            ("updated_at", text(ticket.updated_at)),
+            ("occurred_at", text(self.occurred_at)),
+            ("event", self.event),
+            ("source_event_type", Value::String(self.source_event_type)),
+            ("account_id", text(self.account_id)),
+            (
+                "connection",
+                Value::String(self.connection.as_str().to_owned()),
+            ),
+        ] {
+            map.insert(key.to_owned(), value);
+        }
+        Value::Object(map)
+    }
+}
+
+impl Connection {
+    /// The name the payload gives it (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Connection::EventSubscription => "event_subscription",
+            Connection::Trigger => "trigger",
+        }
+    }
 }
 
 /// The comment of a `comment_added` event, from either connection style.
@@ -80,27 +135,27 @@ pub struct TicketFields {
 impl TicketFields {
     /// Reads a ticket object, accepting the event names (`type`, `via.channel`) and the
     /// trigger-body names (`ticket_type`, `via_channel`, a bare `via` string) alike.
-    pub(crate) fn read(ticket: &Map<String, Value>) -> Self {
+    pub(crate) fn read(ticket: &Object<'_>) -> Self {
         let get = |key: &str| ticket.get(key);
         let via = match get("via") {
-            Some(Value::Object(via)) => via.get("channel"),
+            Some(Value::Object(mut via)) => via.remove("channel"),
             other => other,
         };
         TicketFields {
-            subject: fields::text(get("subject")),
-            description: fields::text(get("description")),
-            status: fields::status(get("status")),
-            priority: fields::lower(get("priority")),
-            ticket_type: fields::ticket_type(get("ticket_type").or(get("type"))),
-            requester_id: fields::id(get("requester_id")),
-            assignee_id: fields::id(get("assignee_id")),
-            organization_id: fields::id(get("organization_id")),
-            group_id: fields::id(get("group_id")),
-            external_id: fields::text(get("external_id")),
-            tags: fields::tags(get("tags")),
-            via_channel: fields::channel(get("via_channel").or(via)),
-            created_at: fields::time(get("created_at")),
-            updated_at: fields::time(get("updated_at")),
+            subject: fields::text(get("subject").as_ref()),
+            description: fields::text(get("description").as_ref()),
+            status: fields::status(get("status").as_ref()),
+            priority: fields::lower(get("priority").as_ref()),
+            ticket_type: fields::ticket_type(get("ticket_type").or_else(|| get("type")).as_ref()),
+            requester_id: fields::id(get("requester_id").as_ref()),
+            assignee_id: fields::id(get("assignee_id").as_ref()),
+            organization_id: fields::id(get("organization_id").as_ref()),
+            group_id: fields::id(get("group_id").as_ref()),
+            external_id: fields::text(get("external_id").as_ref()),
+            tags: fields::tags(get("tags").as_ref()),
+            via_channel: fields::channel(get("via_channel").or(via).as_ref()),
+            created_at: fields::time(get("created_at").as_ref()),
+            updated_at: fields::time(get("updated_at").as_ref()),
         }
     }
 }
@@ -145,4 +200,68 @@ pub(crate) fn change(
 pub(crate) fn to_value<T: Serialize>(value: &T) -> Value {
     // These types hold only strings, bools, vectors and JSON values: serialising cannot fail.
     serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `into_value` is the derived serialisation: the same keys and values, for every field
+    /// set and for every field empty (a field added to the struct and not to `into_value`
+    /// fails here).
+    #[test]
+    fn into_value_is_what_serde_makes() {
+        let full = TicketPayload {
+            ticket_id: "42".into(),
+            ticket: TicketFields {
+                subject: Some("Printer".into()),
+                description: Some("on fire".into()),
+                status: Some("open".into()),
+                priority: Some("low".into()),
+                ticket_type: Some("task".into()),
+                requester_id: Some("1".into()),
+                assignee_id: Some("2".into()),
+                organization_id: Some("3".into()),
+                group_id: Some("4".into()),
+                external_id: Some("x-5".into()),
+                tags: vec!["printer".into(), "fire".into()],
+                via_channel: Some("web_form".into()),
+                created_at: Some("2025-01-08T10:12:07Z".into()),
+                updated_at: Some("2025-01-08T10:13:07Z".into()),
+            },
+            occurred_at: Some("2025-01-08T10:12:07.672717030Z".into()),
+            event: serde_json::json!({"comment": {"id": "7"}}),
+            source_event_type: "zen:event-type:ticket.created".into(),
+            account_id: Some("22129848".into()),
+            connection: Connection::EventSubscription,
+        };
+        let empty = TicketPayload {
+            ticket_id: "43".into(),
+            ticket: TicketFields {
+                subject: None,
+                description: None,
+                status: None,
+                priority: None,
+                ticket_type: None,
+                requester_id: None,
+                assignee_id: None,
+                organization_id: None,
+                group_id: None,
+                external_id: None,
+                tags: Vec::new(),
+                via_channel: None,
+                created_at: None,
+                updated_at: None,
+            },
+            occurred_at: None,
+            event: Value::Object(Map::new()),
+            source_event_type: "ticket.updated".into(),
+            account_id: None,
+            connection: Connection::Trigger,
+        };
+        for payload in [full, empty] {
+            let derived = serde_json::to_value(&payload).expect("serialises");
+            assert_eq!(payload.into_value(), derived);
+        }
+    }
 }
