@@ -233,19 +233,20 @@ fn read_subscription(root: &Object<'_>, kind: &str, body: &[u8]) -> Result<Read,
         None => body_digest(body),
     };
 
-    let event = root.get("event");
-    let event = match (
-        event_type.as_str(),
-        event.as_ref().and_then(Value::as_object),
-    ) {
-        ("ticket.comment_added", Some(event)) => match event.get("comment") {
+    // Zendesk's `event` object, owned here: kept as delivered unless the type has a shape.
+    let event = match (event_type.as_str(), root.get("event")) {
+        ("ticket.comment_added", Some(Value::Object(event))) => match event.get("comment") {
             Some(Value::Object(comment)) => CommentPayload::read(comment).to_event(),
-            _ => Value::Object(event.clone()),
+            _ => Value::Object(event),
         },
-        ("ticket.status_changed", Some(event)) => payload::change(event, fields::status),
-        ("ticket.priority_changed", Some(event)) => payload::change(event, fields::lower),
-        (_, Some(event)) => Value::Object(event.clone()),
-        (_, None) => Value::Object(Map::new()),
+        ("ticket.status_changed", Some(Value::Object(event))) => {
+            payload::change(&event, fields::status)
+        }
+        ("ticket.priority_changed", Some(Value::Object(event))) => {
+            payload::change(&event, fields::lower)
+        }
+        (_, Some(Value::Object(event))) => Value::Object(event),
+        _ => Value::Object(Map::new()),
     };
 
     Ok(Read {

@@ -81,34 +81,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Object<'a> {
 }
 
 /// A JSON string, borrowed from the body unless it holds escapes.
-#[derive(Debug)]
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Text;
-        impl<'de> Visitor<'de> for Text {
-            type Value = Key<'de>;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-
-            fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Borrowed(text)))
-            }
-
-            fn visit_str<E>(self, text: &str) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Owned(text.to_owned())))
-            }
-
-            fn visit_string<E>(self, text: String) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Owned(text)))
-            }
-        }
-        deserializer.deserialize_str(Text)
-    }
-}
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
 
 #[cfg(test)]
 mod tests {

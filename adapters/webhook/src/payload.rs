@@ -41,8 +41,8 @@ pub struct TicketPayload {
 
 impl TicketPayload {
     /// The payload as the event carries it: the `Value` `serde_json::to_value` makes of it,
-    /// built field by field: the derived path serialises the flattened ticket through serde's
-    /// generic map buffering and copies every string.
+    /// built field by field, moving the strings (the derived path copies each one and buffers
+    /// the flattened ticket through serde's generic map serialiser).
     pub fn into_value(self) -> Value {
         fn text(value: Option<String>) -> Value {
             value.map_or(Value::Null, Value::String)
@@ -72,24 +72,11 @@ impl TicketPayload {
             ("event", self.event),
             ("source_event_type", Value::String(self.source_event_type)),
             ("account_id", text(self.account_id)),
-            (
-                "connection",
-                Value::String(self.connection.as_str().to_owned()),
-            ),
+            ("connection", to_value(&self.connection)),
         ] {
             map.insert(key.to_owned(), value);
         }
         Value::Object(map)
-    }
-}
-
-impl Connection {
-    /// The name the payload gives it (its serde name).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Connection::EventSubscription => "event_subscription",
-            Connection::Trigger => "trigger",
-        }
     }
 }
 
