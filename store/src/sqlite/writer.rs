@@ -27,10 +27,18 @@ use crate::now_millis;
 
 fn open(path: &Path, durability: Durability) -> Result<Connection, String> {
     let open = || -> rusqlite::Result<Connection> {
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = match durability {
+            // Every commit syncs the WAL, so its frames can reach the file in one write
+            // just before that sync (`switchyard_wal_vfs`).
+            Durability::Full => {
+                let vfs = switchyard_wal_vfs::register().map_err(|code| {
+                    rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
+                })?;
+                Connection::open_with_flags_and_vfs(path, flags, vfs)?
+            }
+            Durability::Normal => Connection::open_with_flags(path, flags)?,
+        };
         // A pooled connection holds the write lock only between its turn (`write_turn`) and its
         // commit, usually a millisecond or two: wait for it in short steps, not SQLite's default
         // steps of up to 100 ms, for at most 5 s as before.
