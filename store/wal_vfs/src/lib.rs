@@ -220,10 +220,8 @@ unsafe fn write_held(held: &mut Held, inner: *mut ffi::sqlite3_file) -> c_int {
         }
         offset += chunk.len() as i64;
     }
+    // Its capacity stays for the next commit: at most twice `MAX_HELD`, which `take` keeps.
     held.bytes.clear();
-    if held.bytes.capacity() > MAX_HELD * 2 {
-        held.bytes.shrink_to(MAX_HELD);
-    }
     rc
 }
 
