@@ -29,7 +29,7 @@ fn open(path: &Path, durability: Durability) -> Result<Connection, String> {
     let open = || -> rusqlite::Result<Connection> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = match durability {
-            // Every commit syncs the WAL, so its frames can reach the file in one write
+            // Every commit syncs the WAL, so its frames can reach the file in a few large writes
             // just before that sync (`switchyard_wal_vfs`).
             Durability::Full => {
                 let vfs = switchyard_wal_vfs::register().map_err(|code| {

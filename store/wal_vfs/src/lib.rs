@@ -1,10 +1,10 @@
-//! An SQLite VFS that hands each commit's WAL writes to the kernel as one write.
+//! An SQLite VFS that hands each commit's WAL writes to the kernel in a few large writes.
 //!
 //! SQLite appends a WAL frame with two `pwrite`s, its 24-byte header and then the page, so a
 //! commit of 60 pages makes 120 system calls before its `fsync`. Under the intake writer's load
 //! those calls were most of the daemon's kernel time (BENCHMARKS.md round 29). This VFS wraps
 //! the platform's default one; a file opened as a WAL keeps contiguous writes in memory and
-//! writes them at once before anything else is done with the file: a sync, a read, its size, a
+//! writes them (in writes of at most 124 KiB) before anything else is done with the file: a sync, a read, its size, a
 //! truncation, a file control or its close. Every other file (the database, journals) is the
 //! default VFS's own, untouched.
 //!
@@ -205,24 +205,32 @@ unsafe fn write_held(held: &mut Held, inner: *mut ffi::sqlite3_file) -> c_int {
     if held.bytes.is_empty() {
         return ffi::SQLITE_OK;
     }
-    #[cfg(test)]
-    tests::WRITES.with(|w| w.set(w.get() + held.bytes.len().div_ceil(MAX_WRITE) as u64));
-    let mut rc = ffi::SQLITE_OK;
-    let mut offset = held.offset;
-    for chunk in held.bytes.chunks(MAX_WRITE) {
+    // SAFETY: as the function's contract says.
+    let rc = unsafe { write_at(inner, &held.bytes, held.offset) };
+    // Its capacity stays for the next commit: at most twice `MAX_HELD`, which `take` keeps.
+    held.bytes.clear();
+    rc
+}
+
+/// Hands `bytes` to the default VFS's file at `offset`, in writes of at most [`MAX_WRITE`].
+///
+/// # Safety
+/// `inner` is an open file of the default VFS.
+unsafe fn write_at(inner: *mut ffi::sqlite3_file, bytes: &[u8], mut offset: i64) -> c_int {
+    for chunk in bytes.chunks(MAX_WRITE) {
+        #[cfg(test)]
+        tests::WRITES.with(|w| w.set(w.get() + 1));
         // SAFETY: `chunk` is valid for its length; the default VFS copies it before returning.
-        rc = unsafe {
+        let rc = unsafe {
             let write = methods(inner).xWrite.expect("every file has xWrite");
             write(inner, chunk.as_ptr().cast(), chunk.len() as c_int, offset)
         };
         if rc != ffi::SQLITE_OK {
-            break;
+            return rc;
         }
         offset += chunk.len() as i64;
     }
-    // Its capacity stays for the next commit: at most twice `MAX_HELD`, which `take` keeps.
-    held.bytes.clear();
-    rc
+    ffi::SQLITE_OK
 }
 
 /// Writes what is held, then runs `then` on the default VFS's file.
@@ -280,10 +288,7 @@ unsafe extern "C" fn write(
         if held.take(offset, data) {
             return ffi::SQLITE_OK;
         }
-        #[cfg(test)]
-        tests::WRITES.with(|w| w.set(w.get() + 1));
-        let write = methods(inner).xWrite.expect("every file has xWrite");
-        write(inner, data.as_ptr().cast(), amount, offset)
+        write_at(inner, data, offset)
     }
 }
 
