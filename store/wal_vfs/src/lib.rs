@@ -15,11 +15,17 @@
 //! the commit's last write). [`register`] is for connections that keep `synchronous = FULL`; a
 //! WAL whose device lacks power-safe overwrites is written straight through. What a crash loses
 //! is what it loses without this VFS: writes not yet synced, of a transaction not yet committed.
+//!
+//! The crate also holds the workspace's one other call into a file under SQLite:
+//! [`sync_database_file`], for a checkpoint's pages synced off the writer's thread.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::OnceLock;
 
 use rusqlite::ffi;
+
+mod sync;
+pub use sync::sync_database_file;
 
 /// The name [`register`] gives the VFS, for `Connection::open_with_flags_and_vfs`.
 pub const NAME: &CStr = c"switchyard-wal";

@@ -233,3 +233,86 @@ fn held_bytes_take_appends_and_overlaps_and_refuse_gaps_and_excess() {
         "a device without power-safe overwrites"
     );
 }
+
+/// The pages of `path` in the page cache not yet written back: `cachestat(2)` (Linux 6.5),
+/// `nr_dirty` plus `nr_writeback`. (On tmpfs nothing is ever written back: the test using it
+/// needs the temporary directory on a disk.)
+#[cfg(target_os = "linux")]
+fn unsynced_pages(path: &Path) -> u64 {
+    use std::os::fd::AsRawFd;
+    /// `struct cachestat_range` and `struct cachestat` of `<linux/mman.h>`.
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        cache: u64,
+        dirty: u64,
+        writeback: u64,
+        evicted: u64,
+        recently_evicted: u64,
+    }
+    /// `__NR_cachestat`, the same on every architecture; libc names it on only some.
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let file = std::fs::File::open(path).expect("open the database file");
+    let range = Range { off: 0, len: 0 };
+    let mut stat = Stat::default();
+    // SAFETY: both structs are the kernel's layout and outlive the call; the fd is open.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &raw const range,
+            &raw mut stat,
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "cachestat(2) (Linux 6.5 or later) failed: {}",
+        std::io::Error::last_os_error()
+    );
+    stat.dirty + stat.writeback
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_checkpoints_pages_are_synced_from_another_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("synced.db");
+    let mut conn = writer(&path);
+    commit_rows(&mut conn, &path, 0, 500);
+    // As the checkpointer's connection: a PASSIVE checkpoint that copies pages into the
+    // database file and (synchronous = OFF, as when the WAL grew meanwhile) does not sync it.
+    let checkpointer = Connection::open(&path).expect("open on the default VFS");
+    checkpointer
+        .pragma_update(None, "synchronous", "OFF")
+        .expect("synchronous");
+    checkpointer
+        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+        .expect("checkpoint");
+    let before = unsynced_pages(&path);
+    assert!(
+        before > 0,
+        "the checkpoint left its pages for the next sync"
+    );
+    assert_eq!(super::sync_database_file(&checkpointer, c"main"), Ok(true));
+    assert_eq!(unsynced_pages(&path), 0, "{before} pages were unsynced");
+}
+
+#[test]
+fn a_sync_answers_whether_there_was_a_file_and_names_a_missing_schema() {
+    let memory = Connection::open_in_memory().expect("in memory");
+    memory
+        .execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+        .expect("schema");
+    assert_eq!(super::sync_database_file(&memory, c"main"), Ok(false));
+    assert_eq!(
+        super::sync_database_file(&memory, c"elsewhere"),
+        Err(rusqlite::ffi::SQLITE_ERROR)
+    );
+}
