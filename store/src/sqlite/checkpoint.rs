@@ -27,8 +27,8 @@ use rusqlite::Connection;
 /// sync of the pages it copied, which the writer's next commits queue behind on the device: the
 /// shorter the pause, the smaller each sync and the shorter the writer's stalls, but the more
 /// often a page is copied again. Under the concurrency-64 load (BENCHMARKS.md round 30) 100 ms
-/// put the webhook p99 at 10.3-11.0 ms, 50 ms at 9.1-9.2 ms for about 5% fewer answers a
-/// second, 30 ms at 7.6-8.5 ms for about 8% fewer.
+/// put the webhook p99 at 10.3-11.0 ms, 50 ms at 9.0-9.95 ms for 2.5-9% fewer webhook answers
+/// a second (by sitting), 30 ms at 7.6-8.5 ms for about 7% fewer in the 2.5% sitting.
 const PAUSE: Duration = Duration::from_millis(50);
 
 /// The writer's side: tells the checkpointer that commits happened, and finishes its passes.

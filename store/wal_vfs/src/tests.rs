@@ -257,6 +257,9 @@ fn unsynced_pages(path: &Path) -> u64 {
     }
     /// `__NR_cachestat`, the same on every architecture; libc names it on only some.
     const SYS_CACHESTAT: libc::c_long = 451;
+    // Closing this descriptor drops every POSIX lock the process holds on the file, SQLite's
+    // included (the reason `sync_database_file` goes through SQLite's own file). Harmless here:
+    // nothing else takes the test's database, and the test only reads the page cache after.
     let file = std::fs::File::open(path).expect("open the database file");
     let range = Range { off: 0, len: 0 };
     let mut stat = Stat::default();
@@ -287,7 +290,8 @@ fn a_checkpoints_pages_are_synced_from_another_connection() {
     let mut conn = writer(&path);
     commit_rows(&mut conn, &path, 0, 500);
     // As the checkpointer's connection: a PASSIVE checkpoint that copies pages into the
-    // database file and (synchronous = OFF, as when the WAL grew meanwhile) does not sync it.
+    // database file and does not sync it (`synchronous = OFF` here; under load, because the
+    // writer's appends keep any pass from copying the whole WAL).
     let checkpointer = Connection::open(&path).expect("open on the default VFS");
     checkpointer
         .pragma_update(None, "synchronous", "OFF")
