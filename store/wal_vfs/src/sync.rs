@@ -38,13 +38,8 @@ pub fn sync_database_file(conn: &Connection, schema: &CStr) -> Result<bool, c_in
         return Err(rc);
     }
     // SAFETY: a non-null `file` is the connection's; a closed or never-opened one (an
-    // in-memory database) has no methods.
-    let sync = unsafe {
-        if file.is_null() || (*file).pMethods.is_null() {
-            return Ok(false);
-        }
-        (*(*file).pMethods).xSync
-    };
+    // in-memory database) has no methods, and a non-null `pMethods` is a static table.
+    let sync = unsafe { file.as_ref().and_then(|f| f.pMethods.as_ref()) }.and_then(|m| m.xSync);
     let Some(sync) = sync else {
         return Ok(false);
     };
