@@ -22,6 +22,7 @@ pub mod ceilings;
 pub mod connect;
 pub mod driver;
 pub mod entities;
+mod failure_streak;
 mod handle;
 pub mod intake;
 pub mod leases;

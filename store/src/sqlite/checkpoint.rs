@@ -19,9 +19,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
+
+use crate::failure_streak::FailureStreak;
 
 /// Least time between two checkpoints while the writer keeps committing. Each pass ends in a
 /// sync of the pages it copied, which the writer's next commits queue behind on the device: the
@@ -37,6 +39,8 @@ pub(crate) struct Nudge {
     commits: SyncSender<()>,
     /// Set when a pass ended; the writer copies what was written since.
     passed: Arc<AtomicBool>,
+    /// The writer's catch-ups failing in a row.
+    catch_up_failures: FailureStreak,
 }
 
 impl Nudge {
@@ -48,12 +52,16 @@ impl Nudge {
 
     /// On the writer's connection, between transactions: if a pass ended since the last call,
     /// copies the frames committed since it began, so the next transaction starts the WAL over.
-    pub fn catch_up(&self, conn: &Connection) {
-        if self.passed.swap(false, Ordering::Relaxed)
-            && let Err(error) = checkpoint(conn, "writer")
-        {
-            tracing::warn!(%error, "WAL checkpoint failed; the next pass retries it");
+    pub fn catch_up(&mut self, conn: &Connection) {
+        if !self.passed.swap(false, Ordering::Relaxed) {
+            return;
         }
+        let caught_up = checkpoint(conn, "writer");
+        self.catch_up_failures.log(
+            &caught_up,
+            "the writer's WAL checkpoint",
+            "the next pass retries it",
+        );
     }
 }
 
@@ -69,25 +77,42 @@ pub(crate) fn start(path: &Path) -> std::io::Result<Nudge> {
     std::thread::Builder::new()
         .name("sqlite-checkpoint".into())
         .spawn(move || run(conn, nudged, &checkpointer_passed))?;
-    Ok(Nudge { commits, passed })
+    Ok(Nudge {
+        commits,
+        passed,
+        catch_up_failures: FailureStreak::default(),
+    })
 }
 
+/// The checkpointer's loop. A failure that repeats is logged once a minute with how many
+/// were not ([`FailureStreak`]), not on every pass.
 fn run(conn: Connection, nudged: Receiver<()>, passed: &AtomicBool) {
+    let mut failures = Failures::default();
     while nudged.recv().is_ok() {
-        match pass(&conn) {
-            Ok(()) => passed.store(true, Ordering::Relaxed),
-            Err(error) => {
-                tracing::warn!(%error, "WAL checkpoint failed; the next commit retries it")
-            }
+        let passed_now = pass(&conn, &mut failures.syncs);
+        if passed_now.is_ok() {
+            passed.store(true, Ordering::Relaxed);
         }
+        failures.checkpoints.log(
+            &passed_now,
+            "a WAL checkpoint",
+            "the next commit retries it",
+        );
         std::thread::sleep(PAUSE);
     }
+}
+
+/// The checkpointer's two kinds of failure, each with its own streak.
+#[derive(Debug, Default)]
+struct Failures {
+    checkpoints: FailureStreak,
+    syncs: FailureStreak,
 }
 
 /// Checkpoints again while the last checkpoint found many new frames, so the writer's
 /// [`Nudge::catch_up`] has only the few committed during a short last one to copy; then syncs
 /// the database file, so that the catch-up's own sync has only those few pages to write.
-fn pass(conn: &Connection) -> rusqlite::Result<()> {
+fn pass(conn: &Connection, sync_failures: &mut FailureStreak) -> rusqlite::Result<()> {
     let mut copied = checkpoint(conn, "checkpointer")?;
     for _ in 1..MAX_CHECKPOINTS_PER_PASS {
         let before = copied;
@@ -96,7 +121,7 @@ fn pass(conn: &Connection) -> rusqlite::Result<()> {
             break;
         }
     }
-    sync_copied_pages(conn);
+    sync_copied_pages(conn, sync_failures);
     Ok(())
 }
 
@@ -104,18 +129,21 @@ fn pass(conn: &Connection) -> rusqlite::Result<()> {
 /// end of a checkpoint that copied the whole WAL, which under load is the writer's catch-up:
 /// without this it wrote back every page of the pass (megabytes) while every sender waited.
 /// A failure is only logged: the catch-up's own sync still covers the pages.
-fn sync_copied_pages(conn: &Connection) {
-    let started = std::time::Instant::now();
-    match switchyard_wal_vfs::sync_database_file(conn, c"main") {
-        Ok(_) => tracing::debug!(
+fn sync_copied_pages(conn: &Connection, failures: &mut FailureStreak) {
+    let started = Instant::now();
+    let synced = switchyard_wal_vfs::sync_database_file(conn, c"main")
+        .map_err(|code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None));
+    if synced.is_ok() {
+        tracing::debug!(
             micros = started.elapsed().as_micros() as u64,
             "database file synced after a checkpoint"
-        ),
-        Err(code) => tracing::warn!(
-            error = %rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None),
-            "the checkpointer could not sync the database file; the writer's catch-up will"
-        ),
+        );
     }
+    failures.log(
+        &synced,
+        "the checkpointer's sync of the database file",
+        "the writer's catch-up syncs it",
+    );
 }
 
 /// New WAL pages few enough for the writer to copy between two batches.
@@ -125,7 +153,7 @@ const MAX_CHECKPOINTS_PER_PASS: usize = 4;
 /// A `PASSIVE` checkpoint: copies what no reader still needs, waits for nobody. Returns the
 /// number of WAL pages now copied into the database.
 fn checkpoint(conn: &Connection, by: &'static str) -> rusqlite::Result<i64> {
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     // (busy, pages in the WAL, pages copied into the database)
     let (busy, wal_pages, copied): (i64, i64, i64) =
         conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {

@@ -94,7 +94,12 @@ pub(crate) fn start(
     Ok(())
 }
 
-fn run(mut conn: Connection, mut batches: Box<dyn Batches>, checkpoints: Nudge, riders: &Riders) {
+fn run(
+    mut conn: Connection,
+    mut batches: Box<dyn Batches>,
+    mut checkpoints: Nudge,
+    riders: &Riders,
+) {
     riders.open();
     loop {
         // Deliveries first; riders wake an idle writer too.
