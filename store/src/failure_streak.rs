@@ -91,4 +91,61 @@ mod tests {
         // Right after the recovery: a new streak, logged although the last warning is recent.
         assert_eq!(streak.failed(start + Duration::from_millis(50)), Some(0));
     }
+
+    /// The log lines a closure writes, as the daemon's text format prints them.
+    fn lines_of(turns: impl FnOnce()) -> Vec<String> {
+        let written = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = written.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, turns);
+        let text = String::from_utf8(written.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn twenty_failing_turns_write_one_warning_and_the_recovery_one_line_with_the_count() {
+        let lines = lines_of(|| {
+            let mut streak = FailureStreak::default();
+            for _ in 0..20 {
+                let failed: Result<(), &str> = Err("disk I/O error");
+                streak.log(&failed, "a WAL checkpoint", "the next commit retries it");
+            }
+            streak.log(
+                &Ok::<(), &str>(()),
+                "a WAL checkpoint",
+                "the next commit retries it",
+            );
+        });
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert!(lines[0].contains("WARN"), "{}", lines[0]);
+        assert!(
+            lines[0].contains("a WAL checkpoint failed; the next commit retries it"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[0].contains("error=disk I/O error"), "{}", lines[0]);
+        assert!(lines[0].contains("unlogged=0"), "{}", lines[0]);
+        assert!(lines[1].contains("INFO"), "{}", lines[1]);
+        assert!(
+            lines[1].contains("a WAL checkpoint succeeds again"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[1].contains("failures=20"), "{}", lines[1]);
+    }
 }
