@@ -216,8 +216,11 @@ impl Daemon {
             shutdown_timeout: server.shutdown_timeout,
         };
         let (stopping, stopped) = tokio::sync::watch::channel(false);
+        let wake = self.state.wake.clone();
         let shutdown = async move {
             shutdown.await;
+            // Waiting claims answer now instead of holding the drain for up to their `wait`.
+            wake.pull.close();
             let _ = stopping.send(true);
         };
         if let Some(metrics_addr) = server.metrics_listen {

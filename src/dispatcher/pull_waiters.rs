@@ -9,6 +9,10 @@
 //! that arrives while it looks is kept for its next wait, and one it leaves with unused (its
 //! request ended, or it took as many runs as it asked for, so more may be due) is passed on
 //! to other waiters of its workflows.
+//!
+//! When the daemon stops, every waiter is woken and told so ([`PullWaiters::close`]): a
+//! waiting claim answers at once instead of holding its connection through the shutdown drain,
+//! and no claim request waits after that.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +24,11 @@ use tokio::time::Instant;
 
 /// Every waiting claim request of one daemon, by workflow and by token.
 #[derive(Debug, Default)]
-pub struct PullWaiters(Mutex<Registry>);
+pub struct PullWaiters {
+    registry: Mutex<Registry>,
+    /// Set once, under the registry's lock, when the daemon stops.
+    closed: AtomicBool,
+}
 
 #[derive(Debug, Default)]
 struct Registry {
@@ -42,25 +50,32 @@ struct Waiter {
     workflows: Vec<String>,
 }
 
-/// A token already has its most waiting claim requests.
+/// Why a claim request may not wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AtCap {
-    pub cap: usize,
+pub enum CannotWait {
+    /// Its token already has `cap` waiting claim requests.
+    AtCap { cap: usize },
+    /// The daemon is stopping.
+    Closed,
 }
 
 impl PullWaiters {
     /// Registers a waiting claim request of `token` for `workflows` (distinct names), unless
-    /// the token already has `cap` waiting. Unregistered when the returned guard is dropped.
+    /// the token already has `cap` waiting or the daemon is stopping. Unregistered when the
+    /// returned guard is dropped.
     pub fn wait_on(
         &self,
         token: &str,
         workflows: Vec<String>,
         cap: usize,
-    ) -> Result<Waiting<'_>, AtCap> {
+    ) -> Result<Waiting<'_>, CannotWait> {
         let mut registry = self.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(CannotWait::Closed);
+        }
         let waiting = registry.by_token.entry(token.to_owned()).or_default();
         if *waiting >= cap {
-            return Err(AtCap { cap });
+            return Err(CannotWait::AtCap { cap });
         }
         *waiting += 1;
         let count = *waiting;
@@ -104,8 +119,18 @@ impl PullWaiters {
         }
     }
 
+    /// The daemon is stopping: wakes every waiter, each of which then sees
+    /// [`Waiting::closed`], and refuses every later [`PullWaiters::wait_on`].
+    pub fn close(&self) {
+        let registry = self.lock();
+        self.closed.store(true, Ordering::Release);
+        for waiters in registry.by_workflow.values() {
+            wake(waiters.values(), usize::MAX);
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -149,6 +174,11 @@ impl Waiting<'_> {
             return true;
         }
         tokio::time::timeout(timeout, notified).await.is_ok()
+    }
+
+    /// Whether the daemon is stopping: the request should answer with what it has.
+    pub fn closed(&self) -> bool {
+        self.waiters.closed.load(Ordering::Acquire)
     }
 
     /// Those of this waiter's workflows that no waiter looked at periodically within `every`,
@@ -307,11 +337,34 @@ mod tests {
             .collect();
         assert_eq!(
             waiters.wait_on("t", names(&["a"]), 3).err(),
-            Some(AtCap { cap: 3 })
+            Some(CannotWait::AtCap { cap: 3 })
         );
         assert!(waiters.wait_on("u", names(&["a"]), 3).is_ok(), "per token");
         drop(held);
         assert!(waiters.wait_on("t", names(&["a"]), 3).is_ok());
         assert!(waiters.lock().by_workflow.is_empty());
+    }
+
+    #[tokio::test]
+    async fn closing_wakes_every_waiter_and_refuses_new_ones() {
+        let waiters = Arc::new(PullWaiters::default());
+        let a = waiters.wait_on("t", names(&["a"]), 10).expect("a");
+        let ab = waiters.wait_on("u", names(&["a", "b"]), 10).expect("ab");
+        assert!(!a.closed());
+        let closer = waiters.clone();
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            closer.close();
+        });
+        // Waits far longer than the test runs: only the close ends them.
+        assert!(a.woken(Duration::from_secs(600)).await, "a waiter of `a`");
+        assert!(ab.woken(Duration::from_secs(600)).await, "all of them");
+        assert!(a.closed() && ab.closed());
+        task.await.expect("task");
+        assert_eq!(
+            waiters.wait_on("v", names(&["c"]), 10).err(),
+            Some(CannotWait::Closed),
+            "no request waits once the daemon is stopping"
+        );
     }
 }

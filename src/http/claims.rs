@@ -25,7 +25,7 @@ use super::auth::Principal;
 use super::{ApiError, AppState, millis_to_rfc3339};
 use crate::config::{ResolvedTarget, Scope};
 use crate::dispatcher::message;
-use crate::dispatcher::pull_waiters::AtCap;
+use crate::dispatcher::pull_waiters::CannotWait;
 use crate::telemetry::DispatchSpan;
 
 pub fn router() -> Router<AppState> {
@@ -102,14 +102,19 @@ async fn claim(
     if workflows.is_empty() {
         return Ok(Json(json!({ "claims": [] })).into_response());
     }
-    if wait.is_zero() {
+    let look_once = async || {
         let (claims, _) = looker.look("request").await?;
-        return answer(&state, claims).await;
+        answer(&state, claims).await
+    };
+    if wait.is_zero() {
+        return look_once().await;
     }
     let pull = &state.wake.pull;
     let waiting = match pull.wait_on(&principal.name, workflows.clone(), MAX_WAITING_PER_TOKEN) {
         Ok(waiting) => waiting,
-        Err(AtCap { cap }) => return Ok(too_many_waiting(&principal.name, cap)),
+        Err(CannotWait::AtCap { cap }) => return Ok(too_many_waiting(&principal.name, cap)),
+        // The daemon is stopping: no request waits through the shutdown drain.
+        Err(CannotWait::Closed) => return look_once().await,
     };
     let deadline = Instant::now() + wait;
     let mut cause = "request";
@@ -124,10 +129,19 @@ async fn claim(
             return answer(&state, claims).await;
         }
         cause = loop {
+            if waiting.closed() {
+                // The daemon is stopping: answer now, so the worker claims again (from
+                // another replica) instead of this request holding its connection through
+                // the shutdown drain.
+                return Ok(Json(json!({ "claims": [] })).into_response());
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             // Spread, so waiters that came together do not all wake together.
             let recheck = RECHECK.mul_f64(1.0 + 0.25 * jitter());
             if waiting.woken(left.min(recheck)).await {
+                if waiting.closed() {
+                    continue; // answered above
+                }
                 break "woken";
             }
             let unlooked = waiting.to_look_at(RECHECK);

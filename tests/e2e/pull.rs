@@ -571,3 +571,58 @@ async fn bad_claim_requests_are_refused_naming_the_field() {
         db.drop_database().await;
     }
 }
+
+/// SIGTERM while a worker long-polls: the waiting claim is answered at once with no runs (the
+/// worker claims again, from another replica), and the daemon stops without the drain waiting
+/// out `shutdown_timeout`. Before, the request held the drain until the timeout closed its
+/// connection unanswered.
+#[tokio::test]
+async fn a_stopping_daemon_answers_its_waiting_claims_at_once() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let daemon = Daemon::start(&db, &config(&db, &workflow(None, "")), &[]).await;
+    let client = daemon.client().clone();
+    let url = daemon.url("/v1/claims");
+    let poll = tokio::spawn(async move {
+        let sent = client
+            .post(url)
+            .bearer_auth(TOKEN)
+            .json(&json!({"workflows": ["work"], "wait": "60s"}))
+            .send()
+            .await;
+        match sent {
+            Ok(response) => Ok(read(response).await),
+            Err(error) => Err(error.to_string()),
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = daemon.metrics().await;
+        let waiting: f64 = metrics
+            .lines()
+            .filter(|line| line.starts_with("switchyard_pull_waiting_claims{"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        if waiting == 1.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the claim waits within 30 s:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let logs = daemon.stop_with_logs().await;
+    let answered = poll.await.expect("the long-poll's task");
+    let (status, body) = answered.expect("the waiting claim is answered, not cut off");
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({"claims": []}));
+    assert!(
+        !logs.contains("shutdown_timeout passed"),
+        "the drain did not wait for the claim:\n{logs}"
+    );
+    assert!(logs.contains(r#""message":"stopped""#), "{logs}");
+    db.drop_database().await;
+}
