@@ -11,6 +11,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use super::harness::{Backend, Daemon, TOKEN, TestDb, config, event, read, unique};
+use super::security_pull::{WAITING, metrics_until, sample};
 
 /// One workflow on `target` (the built-in pull target when `None`), with `[[target]]`s.
 fn workflow(target: Option<&str>, targets: &str) -> String {
@@ -596,23 +597,10 @@ async fn a_stopping_daemon_answers_its_waiting_claims_at_once() {
             Err(error) => Err(error.to_string()),
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let metrics = daemon.metrics().await;
-        let waiting: f64 = metrics
-            .lines()
-            .filter(|line| line.starts_with("switchyard_pull_waiting_claims{"))
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
-        if waiting == 1.0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the claim waits within 30 s:\n{metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    metrics_until(&daemon, "the claim waiting", |m| {
+        sample(m, WAITING, "api_token", None) == 1.0
+    })
+    .await;
 
     let logs = daemon.stop_with_logs().await;
     let answered = poll.await.expect("the long-poll's task");

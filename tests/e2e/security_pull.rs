@@ -101,7 +101,7 @@ async fn route(daemon: &Daemon, tenant: &str) -> String {
 
 /// The sum of the samples of `family` whose labels include `token="{token}"` (and `cause`,
 /// when given).
-fn sample(metrics: &str, family: &str, token: &str, cause: Option<&str>) -> f64 {
+pub(super) fn sample(metrics: &str, family: &str, token: &str, cause: Option<&str>) -> f64 {
     let token = format!("token=\"{token}\"");
     metrics
         .lines()
@@ -112,7 +112,7 @@ fn sample(metrics: &str, family: &str, token: &str, cause: Option<&str>) -> f64 
         .sum()
 }
 
-const WAITING: &str = "switchyard_pull_waiting_claims";
+pub(super) const WAITING: &str = "switchyard_pull_waiting_claims";
 const CLAIMS: &str = "switchyard_pull_claim_transactions_total";
 
 /// Claim transactions globex's two worker tokens have run.
@@ -122,7 +122,11 @@ fn globex_claims(metrics: &str) -> f64 {
 }
 
 /// Waits until `done` holds for the metrics, and returns them.
-async fn metrics_until(daemon: &Daemon, what: &str, done: impl Fn(&str) -> bool) -> String {
+pub(super) async fn metrics_until(
+    daemon: &Daemon,
+    what: &str,
+    done: impl Fn(&str) -> bool,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let metrics = daemon.metrics().await;
