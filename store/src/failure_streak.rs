@@ -8,10 +8,10 @@ use std::fmt::Display;
 use std::time::{Duration, Instant};
 
 /// Least time between two warnings of one streak.
-pub(crate) const EVERY: Duration = Duration::from_secs(60);
+const EVERY: Duration = Duration::from_secs(60);
 
 /// One kind of failure's current streak.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub(crate) struct FailureStreak {
     /// Failures in a row.
     failures: u64,

@@ -34,7 +34,7 @@ use crate::failure_streak::FailureStreak;
 const PAUSE: Duration = Duration::from_millis(50);
 
 /// The writer's side: tells the checkpointer that commits happened, and finishes its passes.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Nudge {
     commits: SyncSender<()>,
     /// Set when a pass ended; the writer copies what was written since.
