@@ -6,12 +6,47 @@ use std::time::Duration;
 use async_imap::Session;
 use serde_json::Value;
 use tokio::net::TcpStream;
-use tokio::sync::RwLock;
 
 use super::harness::{Backend, Daemon, TestDb, config, in_ci, unique};
 
-/// Tests that stop Dovecot take this for writing; all others for reading.
-pub(super) static SERVER: RwLock<()> = RwLock::const_new(());
+/// The one Dovecot every email test uses, locked: a test that stops it holds the lock alone
+/// ([`exclusive`]), every other test shares it ([`shared`]). It is an `flock` on a file beside
+/// the tests, not a lock in memory, so it holds between test processes too (cargo-nextest runs
+/// each test in a process of its own); `flock` locks of one process's separate opens of the
+/// file exclude each other as well. Dropping the guard closes the file, which unlocks it.
+#[derive(Debug)]
+pub(super) struct ServerLock(#[allow(dead_code)] std::fs::File);
+
+/// Shares the Dovecot server with every other test that does not stop it.
+pub(super) async fn shared() -> ServerLock {
+    server_lock(false).await
+}
+
+/// Holds the Dovecot server alone (to stop it), once no other test uses it.
+pub(super) async fn exclusive() -> ServerLock {
+    server_lock(true).await
+}
+
+async fn server_lock(exclusive: bool) -> ServerLock {
+    tokio::task::spawn_blocking(move || {
+        let path = std::env::temp_dir().join("switchyard-test-dovecot.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+        let locked = if exclusive {
+            file.lock()
+        } else {
+            file.lock_shared()
+        };
+        locked.unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+        ServerLock(file)
+    })
+    .await
+    .expect("the Dovecot lock's task")
+}
 const USER: &str = "support@example.com";
 const PASSWORD: &str = "secret";
 
@@ -152,7 +187,7 @@ pub(super) fn outcomes(rows: &[Value]) -> Vec<String> {
 #[tokio::test]
 async fn new_mail_routes_and_a_reply_in_the_thread_is_entity_locked() {
     let Some(addr) = imap_server() else { return };
-    let _shared = SERVER.read().await;
+    let _shared = shared().await;
     for db in TestDb::all().await {
         let (source, mailbox, mut client) = fresh_mailbox(&addr).await;
         let daemon = start(&db, &email_config(&db, &addr, &source, &mailbox)).await;
@@ -192,7 +227,7 @@ async fn new_mail_routes_and_a_reply_in_the_thread_is_entity_locked() {
 #[tokio::test]
 async fn a_killed_daemon_neither_loses_nor_repeats_messages() {
     let Some(addr) = imap_server() else { return };
-    let _shared = SERVER.read().await;
+    let _shared = shared().await;
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };
@@ -231,7 +266,7 @@ async fn a_killed_daemon_neither_loses_nor_repeats_messages() {
 #[tokio::test]
 async fn a_uidvalidity_change_causes_no_duplicates_and_a_bad_message_blocks_nothing() {
     let Some(addr) = imap_server() else { return };
-    let _shared = SERVER.read().await;
+    let _shared = shared().await;
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };
@@ -274,7 +309,7 @@ async fn a_uidvalidity_change_causes_no_duplicates_and_a_bad_message_blocks_noth
 #[tokio::test]
 async fn auto_replies_and_own_mail_are_ineligible() {
     let Some(addr) = imap_server() else { return };
-    let _shared = SERVER.read().await;
+    let _shared = shared().await;
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };
@@ -310,7 +345,7 @@ async fn auto_replies_and_own_mail_are_ineligible() {
 #[tokio::test]
 async fn a_server_outage_is_visible_in_readyz_and_survived() {
     let Some(addr) = imap_server() else { return };
-    let _exclusive = SERVER.write().await;
+    let _exclusive = exclusive().await;
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };
@@ -367,7 +402,7 @@ async fn a_server_outage_is_visible_in_readyz_and_survived() {
 #[tokio::test]
 async fn two_daemons_on_one_database_poll_a_mailbox_once() {
     let Some(addr) = imap_server() else { return };
-    let _shared = SERVER.read().await;
+    let _shared = shared().await;
     // PostgreSQL is how replicas share a database; SQLite (one file) stands in without it.
     let db = match TestDb::create(Backend::Postgres).await {
         Some(db) => db,
@@ -411,7 +446,7 @@ fn dovecot(command: &str) {
 #[tokio::test]
 async fn a_reload_starts_and_stops_mailbox_pollers() {
     let Some(addr) = imap_server() else { return };
-    let _shared = SERVER.read().await;
+    let _shared = shared().await;
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };
@@ -454,7 +489,7 @@ async fn a_reload_starts_and_stops_mailbox_pollers() {
 #[tokio::test]
 async fn a_rate_limited_mailbox_stops_the_poll_and_takes_the_mail_later() {
     let Some(addr) = imap_server() else { return };
-    let _shared = SERVER.read().await;
+    let _shared = shared().await;
     for backend in [Backend::Sqlite, Backend::Postgres] {
         let Some(db) = TestDb::create(backend).await else {
             continue;

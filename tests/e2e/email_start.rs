@@ -69,7 +69,7 @@ async fn started(daemon: &Daemon, name: &str) -> Value {
 #[tokio::test]
 async fn old_mail_starts_nothing_by_default_and_beginning_or_a_date_take_exactly_what_they_name() {
     let Some(addr) = imap_server() else { return };
-    let _shared = super::email::SERVER.read().await;
+    let _shared = super::email::shared().await;
     let Some(db) = TestDb::create(Backend::Sqlite).await else {
         return;
     };

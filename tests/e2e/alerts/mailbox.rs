@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 
-use super::super::email::{SERVER, fresh_mailbox, imap_server};
+use super::super::email::{fresh_mailbox, imap_server, shared};
 use super::super::harness::{Backend, Daemon, TestDb, config};
 use super::replicas::wait_observers;
 use super::{alerts, env, eventually, notifiers, peers, secret};
@@ -65,7 +65,7 @@ async fn a_stalled_mailbox_alert_fires_while_dovecot_is_unreachable_and_resolves
     let Some(imap) = imap_server() else {
         return;
     };
-    let _server = SERVER.read().await;
+    let _server = shared().await;
     let (source, mailbox, _client) = fresh_mailbox(&imap).await;
     let (addr, open) = gate(imap.clone()).await;
     let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
