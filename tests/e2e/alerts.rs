@@ -657,6 +657,8 @@ async fn a_quiet_source_is_mailed_over_smtp_with_starttls_and_read_back_over_ima
     let Some((smtp, imap, ca)) = mail_servers() else {
         return;
     };
+    // The mail is read back from the shared Dovecot, which another test may stop.
+    let _dovecot = super::email::shared().await;
     let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
     let (host, port) = smtp.split_once(':').expect("host:port");
     let rule = unique("mail-quiet");

@@ -9,44 +9,10 @@ use tokio::net::TcpStream;
 
 use super::harness::{Backend, Daemon, TestDb, config, in_ci, unique};
 
-/// The one Dovecot every email test uses, locked: a test that stops it holds the lock alone
-/// ([`exclusive`]), every other test shares it ([`shared`]). It is an `flock` on a file beside
-/// the tests, not a lock in memory, so it holds between test processes too (cargo-nextest runs
-/// each test in a process of its own); `flock` locks of one process's separate opens of the
-/// file exclude each other as well. Dropping the guard closes the file, which unlocks it.
-#[derive(Debug)]
-pub(super) struct ServerLock(#[allow(dead_code)] std::fs::File);
-
-/// Shares the Dovecot server with every other test that does not stop it.
-pub(super) async fn shared() -> ServerLock {
-    server_lock(false).await
-}
-
-/// Holds the Dovecot server alone (to stop it), once no other test uses it.
-pub(super) async fn exclusive() -> ServerLock {
-    server_lock(true).await
-}
-
-async fn server_lock(exclusive: bool) -> ServerLock {
-    tokio::task::spawn_blocking(move || {
-        let path = std::env::temp_dir().join("switchyard-test-dovecot.lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-        let locked = if exclusive {
-            file.lock()
-        } else {
-            file.lock_shared()
-        };
-        locked.unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
-        ServerLock(file)
-    })
-    .await
-    .expect("the Dovecot lock's task")
-}
+// The one Dovecot every email test uses: `exclusive` to stop it, `shared` otherwise.
+#[path = "../support/dovecot_lock.rs"]
+mod dovecot_lock;
+pub(super) use dovecot_lock::{exclusive, shared};
 const USER: &str = "support@example.com";
 const PASSWORD: &str = "secret";
 

@@ -16,6 +16,8 @@ async fn a_wrong_smtp_password_fails_visibly_and_is_retried_and_the_right_one_de
     let Some((smtp, imap, ca)) = mail_servers() else {
         return;
     };
+    // The mail is read back from the shared Dovecot, which another test may stop.
+    let _dovecot = super::super::email::shared().await;
     let db = TestDb::create(Backend::Sqlite).await.expect("sqlite");
     let (host, port) = smtp.split_once(':').expect("host:port");
     let rule = unique("mail-auth");

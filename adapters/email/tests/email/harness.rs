@@ -14,12 +14,15 @@ use switchyard_email::{
     SinkError, SourceStatus, StartFrom, StartPoint, TokenStore, run_poller,
 };
 use tokio::net::TcpStream;
-use tokio::sync::{RwLock, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// Tests that stop Dovecot take this for writing; all others for reading.
-pub static SERVER: RwLock<()> = RwLock::const_new(());
+// The one Dovecot every email test uses (the daemon's end-to-end tests too): `exclusive` to
+// stop or restart it, `shared` otherwise.
+#[path = "../../../../tests/support/dovecot_lock.rs"]
+mod dovecot_lock;
+pub use dovecot_lock::{exclusive, shared};
 
 pub const PASSWORD: &str = "secret";
 pub const USER: &str = "support@example.com";

@@ -1,5 +1,5 @@
 //! The poller against a real Dovecot: each test owns a mailbox (and source name), so they run
-//! in parallel; the one that restarts the server runs alone (`SERVER` write lock).
+//! in parallel; the one that restarts the server runs alone (`harness::exclusive`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -8,8 +8,8 @@ use std::time::Duration;
 use switchyard_email::{AfterIntake, Security};
 
 use super::harness::{
-    self, Delivery, SERVER, Store, TestSink, append, client, config, message, messages, options,
-    recreate, start, wait_until,
+    self, Delivery, Store, TestSink, append, client, config, message, messages, options, recreate,
+    start, wait_until,
 };
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -23,7 +23,7 @@ async fn delivers_new_mail_in_uid_order_exactly_once() {
     let Some(server) = harness::server() else {
         return;
     };
-    let _shared = SERVER.read().await;
+    let _shared = harness::shared().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "order").await;
     for n in 1..=5 {
@@ -73,7 +73,7 @@ async fn polls_without_idle_too() {
     let Some(server) = harness::server() else {
         return;
     };
-    let _shared = SERVER.read().await;
+    let _shared = harness::shared().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "polling").await;
     append(&mut imap, "polling", &message("polling", 1)).await;
@@ -95,7 +95,7 @@ async fn a_restart_mid_stream_keeps_the_cursor_no_loss_no_repeat() {
     let Some(server) = harness::server() else {
         return;
     };
-    let _shared = SERVER.read().await;
+    let _shared = harness::shared().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "restart").await;
     for n in 1..=6 {
@@ -136,7 +136,7 @@ async fn a_recreated_mailbox_is_rescanned_and_dedup_stops_repeats() {
     let Some(server) = harness::server() else {
         return;
     };
-    let _shared = SERVER.read().await;
+    let _shared = harness::shared().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "validity").await;
     for n in 1..=2 {
@@ -179,7 +179,7 @@ async fn a_bad_message_does_not_block_the_ones_after_it() {
     let Some(server) = harness::server() else {
         return;
     };
-    let _shared = SERVER.read().await;
+    let _shared = harness::shared().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "bad").await;
     let garbage: Vec<u8> = (0..400u32).map(|i| (i * 37 % 251) as u8).collect();
@@ -225,7 +225,7 @@ async fn seen_is_set_only_after_the_delivery_is_recorded() {
     let Some(server) = harness::server() else {
         return;
     };
-    let _shared = SERVER.read().await;
+    let _shared = harness::shared().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "seen").await;
     append(&mut imap, "seen", &message("seen", 1)).await;
@@ -278,7 +278,7 @@ async fn moves_after_delivery(mailbox: &str, use_move: bool) {
     let Some(server) = harness::server() else {
         return;
     };
-    let _shared = SERVER.read().await;
+    let _shared = harness::shared().await;
     let mut imap = client(&server).await;
     let done = format!("{mailbox}-done");
     recreate(&mut imap, mailbox).await;
@@ -323,7 +323,7 @@ async fn only_the_lease_holder_polls_and_another_replica_takes_over() {
     let Some(server) = harness::server() else {
         return;
     };
-    let _shared = SERVER.read().await;
+    let _shared = harness::shared().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "lease").await;
     for n in 1..=3 {
@@ -378,7 +378,7 @@ async fn login_and_tls_failures_are_reported_and_retried_until_shutdown() {
     let Some(server) = harness::server() else {
         return;
     };
-    let _shared = SERVER.read().await;
+    let _shared = harness::shared().await;
 
     let sink = TestSink::new();
     let poller = start(
@@ -422,7 +422,7 @@ async fn recovers_after_the_server_restarts() {
     let Some(server) = harness::server() else {
         return;
     };
-    let _alone = SERVER.write().await;
+    let _alone = harness::exclusive().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "outage").await;
     append(&mut imap, "outage", &message("outage", 1)).await;
@@ -468,7 +468,7 @@ async fn tls_and_starttls_deliver_with_a_private_ca() {
     let Some((tls_server, ca)) = harness::tls_server() else {
         return;
     };
-    let _shared = SERVER.read().await;
+    let _shared = harness::shared().await;
     let mut imap = client(&server).await;
     recreate(&mut imap, "tls").await;
     append(&mut imap, "tls", &message("tls", 1)).await;
