@@ -10,9 +10,10 @@ use tokio::net::TcpStream;
 use super::harness::{Backend, Daemon, TestDb, config, in_ci, unique};
 
 // The one Dovecot every email test uses: `exclusive` to stop it, `shared` otherwise.
-#[path = "../support/dovecot_lock.rs"]
-mod dovecot_lock;
-pub(super) use dovecot_lock::{exclusive, shared};
+#[path = "../support/dovecot.rs"]
+mod shared_dovecot;
+use shared_dovecot::{StartOnDrop, dovecot};
+pub(super) use shared_dovecot::{exclusive, shared};
 const USER: &str = "support@example.com";
 const PASSWORD: &str = "secret";
 
@@ -322,6 +323,8 @@ async fn a_server_outage_is_visible_in_readyz_and_survived() {
     drop(client);
 
     dovecot("stop");
+    // Whatever happens next, the other tests need the server back.
+    let _restart = StartOnDrop;
     let readyz = || async {
         // The detail (sources, their errors) is shown only to a token.
         let response = daemon
@@ -396,17 +399,6 @@ async fn two_daemons_on_one_database_poll_a_mailbox_once() {
     a.stop();
     b.stop();
     db.drop_database().await;
-}
-
-fn dovecot(command: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/dovecot.sh");
-    let status = std::process::Command::new("bash")
-        .arg(script)
-        .arg(command)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("run .ci/dovecot.sh");
-    assert!(status.success(), ".ci/dovecot.sh {command} failed");
 }
 
 #[tokio::test]

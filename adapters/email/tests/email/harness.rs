@@ -20,9 +20,9 @@ use tokio::time::Instant;
 
 // The one Dovecot every email test uses (the daemon's end-to-end tests too): `exclusive` to
 // stop or restart it, `shared` otherwise.
-#[path = "../../../../tests/support/dovecot_lock.rs"]
-mod dovecot_lock;
-pub use dovecot_lock::{exclusive, shared};
+#[path = "../../../../tests/support/dovecot.rs"]
+mod shared_dovecot;
+pub use shared_dovecot::{StartOnDrop, dovecot, exclusive, shared};
 
 pub const PASSWORD: &str = "secret";
 pub const USER: &str = "support@example.com";
@@ -64,31 +64,6 @@ pub fn tls_server() -> Option<((String, u16), std::path::PathBuf)> {
         (host.to_owned(), port.parse().expect("a port number")),
         ca.into(),
     ))
-}
-
-/// Runs `.ci/dovecot.sh <command>` (start/stop); the tests that restart the server use it.
-pub fn dovecot(command: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/dovecot.sh");
-    let status = std::process::Command::new("bash")
-        .arg(script)
-        .arg(command)
-        .status()
-        .expect("run .ci/dovecot.sh");
-    assert!(status.success(), ".ci/dovecot.sh {command} failed");
-}
-
-/// Starts Dovecot again when dropped, also when a test panics with the server stopped.
-pub struct StartOnDrop;
-
-impl Drop for StartOnDrop {
-    fn drop(&mut self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/dovecot.sh");
-        // No assert here: panicking while unwinding would abort the whole test binary.
-        let _ = std::process::Command::new("bash")
-            .arg(script)
-            .arg("start")
-            .status();
-    }
 }
 
 /// A poller config for `mailbox` on the test server, with short intervals.
